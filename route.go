@@ -1,0 +1,801 @@
+package httpbreaker
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// RouteKey returns a KeyFunc that keys a request by its host and the
+// net/http.ServeMux pattern it matches: HostKey(r) + " " + pattern, where
+// pattern is the matching pattern exactly as given (for example
+// "api.example.com GET /repos/{owner}/{repo}/issues"). A request that no
+// pattern matches is keyed by HostKey(r) alone, so it shares the host's
+// breaker. Keys are at most 512 bytes long: a host that would make the key
+// longer is cut.
+//
+// Patterns use the syntax and precedence of net/http.ServeMux (Go 1.22+):
+// an optional method ("GET /x" also matches HEAD, "POST /x" only POST, no
+// method matches any), an optional host ("api.example.com/x"), and a path
+// of literal segments, "{name}" wildcards that match one segment,
+// a final "{name...}" that matches the rest of the path, a final "{$}"
+// that matches only the path ending in a slash, and a final "/" that
+// matches the whole subtree. When several patterns match, the most
+// specific one wins, exactly as ServeMux decides. The host matched is
+// r.Host if set, else r.URL.Host, without its port and compared without
+// regard to ASCII case (ServeMux compares hosts exactly). As for an
+// http.Client request, an empty r.Method means GET and an empty path "/".
+//
+// Where ServeMux would answer with a redirect rather than a handler (a
+// path missing the trailing slash of a subtree pattern, or an unclean
+// path such as "/a/../b" or "//x") or with 405 Method Not Allowed, the
+// request matches no pattern and gets the host key.
+//
+// CONNECT requests follow ServeMux too: their paths are not cleaned (but
+// an empty one or one that does not start with "/" matches nothing),
+// and their host is matched like any other.
+//
+// RouteKey panics, when called, if a pattern is invalid, if two patterns
+// conflict (both as http.ServeMux.Handle would panic), or if no pattern is
+// given. Matching does not allocate; nor does building the key when
+// HostKey(r) returns r.URL.Host unchanged, for the first 1024 hosts seen.
+// The returned KeyFunc is safe for concurrent use.
+func RouteKey(patterns ...string) KeyFunc {
+	m := newRouteMatcher(patterns)
+	c := &routeKeyCache{patterns: m.patterns}
+	return func(r *http.Request) string {
+		host := HostKey(r)
+		i := m.matchIndex(r)
+		if i < 0 {
+			return host
+		}
+		return c.key(host, i)
+	}
+}
+
+// routeKeyCacheHosts bounds the number of hosts whose route keys are
+// cached by one RouteKey KeyFunc. Past it, keys are built on each call.
+const routeKeyCacheHosts = 1024
+
+// routeKeyCache holds, per host key, the strings host + " " + pattern, so
+// that building a key on the request path does not allocate. Readers load
+// an immutable map through an atomic pointer; writers copy it under mu.
+type routeKeyCache struct {
+	patterns []string
+	hosts    atomic.Pointer[map[string]*hostRouteKeys]
+	mu       sync.Mutex // serializes writers of hosts
+}
+
+// hostRouteKeys holds the keys of one host, one per pattern, each filled
+// the first time it is needed.
+type hostRouteKeys struct {
+	keys []atomic.Pointer[string]
+}
+
+func (c *routeKeyCache) key(host string, i int) string {
+	if hp := c.hosts.Load(); hp != nil {
+		if hk := (*hp)[host]; hk != nil {
+			return hk.get(host, c.patterns[i], i)
+		}
+		if len(*hp) >= routeKeyCacheHosts {
+			return routeKeyString(host, c.patterns[i])
+		}
+	}
+	c.mu.Lock()
+	var old map[string]*hostRouteKeys
+	if hp := c.hosts.Load(); hp != nil {
+		old = *hp
+	}
+	hk := old[host]
+	if hk == nil && len(old) < routeKeyCacheHosts {
+		hk = &hostRouteKeys{keys: make([]atomic.Pointer[string], len(c.patterns))}
+		m := make(map[string]*hostRouteKeys, len(old)+1)
+		for k, v := range old {
+			m[k] = v
+		}
+		m[strings.Clone(host)] = hk
+		c.hosts.Store(&m)
+	}
+	c.mu.Unlock()
+	if hk == nil {
+		return routeKeyString(host, c.patterns[i])
+	}
+	return hk.get(host, c.patterns[i], i)
+}
+
+func (hk *hostRouteKeys) get(host, pattern string, i int) string {
+	if s := hk.keys[i].Load(); s != nil {
+		return *s
+	}
+	s := routeKeyString(host, pattern)
+	hk.keys[i].Store(&s)
+	return s
+}
+
+// routeKeyString returns host + " " + pattern, cutting the host so that
+// the key is at most maxKeyLen bytes long (and the end of the key if the
+// pattern alone is too long for that).
+func routeKeyString(host, pattern string) string {
+	if len(host)+1+len(pattern) <= maxKeyLen {
+		return host + " " + pattern
+	}
+	n := max(maxKeyLen-1-len(pattern), 0)
+	return (host[:n] + " " + pattern)[:maxKeyLen]
+}
+
+// routeMatcher matches requests against a fixed set of ServeMux patterns
+// with ServeMux's semantics, without allocating. It mirrors the decision
+// tree of net/http's routing_tree.go: host, then method, then one level
+// per path segment, searched in the same order (literal, then single
+// wildcard, then multi wildcard), so that it selects the same pattern.
+// It is immutable after construction and safe for concurrent use.
+type routeMatcher struct {
+	patterns []string      // as given
+	info     []routeInfo   // per pattern
+	hosts    []routeHost   // patterns with a host, one entry per lower-cased host
+	anyHost  *routeMethods // patterns without a host; nil if none
+}
+
+// routeInfo is what exactMatch needs to know about a pattern.
+type routeInfo struct {
+	nsegs     int  // number of segments, as in net/http's pattern.segments
+	lastMulti bool // last segment is a multi wildcard (or a trailing slash)
+}
+
+type routeHost struct {
+	host    string // ASCII lower-cased
+	methods *routeMethods
+}
+
+// routeMethods is the method level of the tree.
+type routeMethods struct {
+	methods []routeMethod
+	any     *routeNode // patterns without a method
+}
+
+type routeMethod struct {
+	method string
+	root   *routeNode
+}
+
+// routeNode is a node of the path levels of the tree.
+type routeNode struct {
+	pat    int                   // index of the pattern ending here, or -1
+	lits   []routeEdge           // literal children, keyed by unescaped literal ("/" for {$})
+	litMap map[string]*routeNode // the same as lits, when there are many
+	wild   *routeNode            // single-wildcard child (also the child for an empty literal, as in ServeMux)
+	multi  int                   // pattern of the multi-wildcard child, or -1
+}
+
+type routeEdge struct {
+	lit  string
+	node *routeNode
+}
+
+// routeLitMapMin is the number of literal children from which a node also
+// indexes them in a map.
+const routeLitMapMin = 8
+
+// routeSeg is a parsed pattern segment, as in net/http's pattern.go.
+type routeSeg struct {
+	s     string // unescaped literal, "/" for {$}, or wildcard name
+	wild  bool
+	multi bool
+}
+
+func newRouteNode() *routeNode { return &routeNode{pat: -1, multi: -1} }
+
+// newRouteMatcher parses patterns. It panics with a message starting
+// "httpbreaker: RouteKey: " if the list is empty, if a pattern is invalid
+// or if two patterns conflict: it registers every pattern on a fresh
+// http.ServeMux and wraps ServeMux's own verdict.
+func newRouteMatcher(patterns []string) *routeMatcher {
+	if len(patterns) == 0 {
+		panic(errors.New("httpbreaker: RouteKey: no patterns"))
+	}
+	validateRoutePatterns(patterns, false)
+	// Hosts are compared without regard to ASCII case here, unlike in
+	// ServeMux: check that the patterns still do not conflict when their
+	// hosts are lower-cased.
+	lowered := make([]string, len(patterns))
+	anyUpper := false
+	for i, p := range patterns {
+		_, host, path := splitRoutePattern(p)
+		lh := asciiLower(host)
+		if lh != host {
+			anyUpper = true
+		}
+		lowered[i] = p[:len(p)-len(host)-len(path)] + lh + path
+	}
+	if anyUpper {
+		validateRoutePatterns(lowered, true)
+	}
+
+	m := &routeMatcher{
+		patterns: append([]string(nil), patterns...),
+		info:     make([]routeInfo, len(patterns)),
+	}
+	for i, p := range patterns {
+		method, host, path := splitRoutePattern(p)
+		segs, err := parseRouteSegments(path)
+		if err != nil {
+			// ServeMux accepted the pattern, which happens only with
+			// GODEBUG=httpmuxgo121=1, where it does not parse patterns.
+			panic(fmt.Errorf("httpbreaker: RouteKey: parsing %q: %w", p, err))
+		}
+		m.info[i] = routeInfo{nsegs: len(segs), lastMulti: segs[len(segs)-1].multi}
+		ms := m.methodsFor(asciiLower(host))
+		var root *routeNode
+		if method == "" {
+			if ms.any == nil {
+				ms.any = newRouteNode()
+			}
+			root = ms.any
+		} else {
+			for _, e := range ms.methods {
+				if e.method == method {
+					root = e.root
+				}
+			}
+			if root == nil {
+				root = newRouteNode()
+				ms.methods = append(ms.methods, routeMethod{method, root})
+			}
+		}
+		if !root.add(segs, i) {
+			panic(fmt.Errorf("httpbreaker: RouteKey: pattern %q conflicts with pattern %q", p, patterns[root.leafFor(segs)]))
+		}
+	}
+	return m
+}
+
+// validateRoutePatterns registers patterns on a fresh http.ServeMux and
+// turns its panic, if any, into ours.
+func validateRoutePatterns(patterns []string, lowered bool) {
+	mux := http.NewServeMux()
+	h := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	for _, p := range patterns {
+		func() {
+			defer func() {
+				v := recover()
+				if v == nil {
+					return
+				}
+				prefix := "httpbreaker: RouteKey: "
+				if lowered {
+					prefix += "with hosts compared regardless of case: "
+				}
+				if err, ok := v.(error); ok {
+					panic(fmt.Errorf("%s%w", prefix, err))
+				}
+				panic(fmt.Errorf("%s%v", prefix, v))
+			}()
+			mux.Handle(p, h)
+		}()
+	}
+}
+
+// splitRoutePattern splits a pattern into method, host and path as
+// net/http's parsePattern does. The pattern must be valid.
+func splitRoutePattern(s string) (method, host, path string) {
+	rest := s
+	if i := strings.IndexAny(s, " \t"); i >= 0 {
+		method, rest = s[:i], strings.TrimLeft(s[i+1:], " \t")
+	}
+	if i := strings.IndexByte(rest, '/'); i >= 0 {
+		return method, rest[:i], rest[i:]
+	}
+	return method, rest, ""
+}
+
+// parseRouteSegments parses the path of a pattern into segments as
+// net/http's parsePattern does.
+func parseRouteSegments(rest string) ([]routeSeg, error) {
+	if rest == "" {
+		return nil, errors.New("host/path missing /")
+	}
+	var segs []routeSeg
+	for len(rest) > 0 {
+		rest = rest[1:]
+		if len(rest) == 0 {
+			segs = append(segs, routeSeg{wild: true, multi: true})
+			break
+		}
+		i := strings.IndexByte(rest, '/')
+		if i < 0 {
+			i = len(rest)
+		}
+		var seg string
+		seg, rest = rest[:i], rest[i:]
+		if strings.IndexByte(seg, '{') < 0 {
+			if u, err := url.PathUnescape(seg); err == nil {
+				seg = u
+			}
+			segs = append(segs, routeSeg{s: seg})
+			continue
+		}
+		if seg[0] != '{' || seg[len(seg)-1] != '}' {
+			return nil, errors.New("bad wildcard segment")
+		}
+		name := seg[1 : len(seg)-1]
+		if name == "$" {
+			if rest != "" {
+				return nil, errors.New("{$} not at end")
+			}
+			segs = append(segs, routeSeg{s: "/"})
+			break
+		}
+		name, multi := strings.CutSuffix(name, "...")
+		if multi && rest != "" {
+			return nil, errors.New("{...} wildcard not at end")
+		}
+		segs = append(segs, routeSeg{s: name, wild: true, multi: multi})
+	}
+	return segs, nil
+}
+
+func (m *routeMatcher) methodsFor(host string) *routeMethods {
+	if host == "" {
+		if m.anyHost == nil {
+			m.anyHost = &routeMethods{}
+		}
+		return m.anyHost
+	}
+	for _, h := range m.hosts {
+		if h.host == host {
+			return h.methods
+		}
+	}
+	ms := &routeMethods{}
+	m.hosts = append(m.hosts, routeHost{host, ms})
+	return ms
+}
+
+// add adds the path segments of pattern i below n, as net/http's
+// routingNode.addSegments does. It reports false if another pattern
+// already ends at the same node.
+func (n *routeNode) add(segs []routeSeg, i int) bool {
+	for ; len(segs) > 0; segs = segs[1:] {
+		s := segs[0]
+		switch {
+		case s.multi:
+			if n.multi >= 0 {
+				return false
+			}
+			n.multi = i
+			return true
+		case s.wild || s.s == "":
+			if n.wild == nil {
+				n.wild = newRouteNode()
+			}
+			n = n.wild
+		default:
+			c := n.literal(s.s)
+			if c == nil {
+				c = newRouteNode()
+				n.lits = append(n.lits, routeEdge{s.s, c})
+				if n.litMap != nil || len(n.lits) >= routeLitMapMin {
+					if n.litMap == nil {
+						n.litMap = make(map[string]*routeNode, len(n.lits))
+						for _, e := range n.lits {
+							n.litMap[e.lit] = e.node
+						}
+					}
+					n.litMap[s.s] = c
+				}
+			}
+			n = c
+		}
+	}
+	if n.pat >= 0 {
+		return false
+	}
+	n.pat = i
+	return true
+}
+
+// leafFor returns the pattern that ends where segs would end below n.
+// It is used only to explain a failed add.
+func (n *routeNode) leafFor(segs []routeSeg) int {
+	for ; len(segs) > 0; segs = segs[1:] {
+		s := segs[0]
+		switch {
+		case s.multi:
+			return n.multi
+		case s.wild || s.s == "":
+			n = n.wild
+		default:
+			n = n.literal(s.s)
+		}
+	}
+	return n.pat
+}
+
+// literal returns the literal child of n with the unescaped key lit.
+func (n *routeNode) literal(lit string) *routeNode {
+	if n.litMap != nil {
+		return n.litMap[lit]
+	}
+	for i := range n.lits {
+		if n.lits[i].lit == lit {
+			return n.lits[i].node
+		}
+	}
+	return nil
+}
+
+// literalEscaped returns the literal child of n whose key is the
+// unescaping of seg, which contains only valid %XX escapes.
+func (n *routeNode) literalEscaped(seg string) *routeNode {
+	if n.litMap != nil {
+		var buf [128]byte
+		if len(seg) <= len(buf) {
+			k := 0
+			for i := 0; i < len(seg); k++ {
+				if seg[i] == '%' {
+					buf[k] = unhexByte(seg[i+1])<<4 | unhexByte(seg[i+2])
+					i += 3
+				} else {
+					buf[k] = seg[i]
+					i++
+				}
+			}
+			return n.litMap[string(buf[:k])]
+		}
+	}
+	for i := range n.lits {
+		if unescapedEqual(seg, n.lits[i].lit) {
+			return n.lits[i].node
+		}
+	}
+	return nil
+}
+
+// match returns the pattern, exactly as given, that http.ServeMux would
+// select for r, or ("", false) if there is none, including where
+// ServeMux would redirect or answer 405 (see RouteKey). It does not
+// allocate.
+func (m *routeMatcher) match(r *http.Request) (string, bool) {
+	if i := m.matchIndex(r); i >= 0 {
+		return m.patterns[i], true
+	}
+	return "", false
+}
+
+// matchIndex is match returning the index of the pattern, or -1. It
+// follows net/http's ServeMux.findHandler and matchOrRedirect.
+func (m *routeMatcher) matchIndex(r *http.Request) int {
+	if r == nil || r.URL == nil {
+		return -1
+	}
+	path, decode := requestEscapedPath(r.URL)
+	method := r.Method
+	if method == "" {
+		method = http.MethodGet
+	}
+	if method != http.MethodConnect {
+		// ServeMux matches the cleaned path, then redirects if the path
+		// was not clean: either way, no handler.
+		if path == "" {
+			path, decode = "/", false
+		} else if !isCleanRoutePath(path) {
+			return -1
+		}
+	} else if path != "" && path[0] != '/' {
+		// ServeMux does not clean CONNECT paths, and matches one without
+		// a leading slash after dropping its first byte (of the escaped
+		// path). We match it to nothing.
+		return -1
+	}
+	host := r.Host
+	if host == "" {
+		host = r.URL.Host
+	}
+	host = stripRoutePort(host)
+
+	i := m.lookup(host, method, path, decode, false)
+	if !m.exactMatch(i, path, false) && path != "" && path[len(path)-1] != '/' {
+		// ServeMux redirects to path + "/" if that matches exactly.
+		if j := m.lookup(host, method, path, decode, true); m.exactMatch(j, path, true) {
+			return -1
+		}
+	}
+	return i
+}
+
+// exactMatch is net/http's exactMatch for pattern i and the path, with a
+// slash appended if slash is set.
+func (m *routeMatcher) exactMatch(i int, path string, slash bool) bool {
+	if i < 0 {
+		return false
+	}
+	info := &m.info[i]
+	if !info.lastMulti {
+		return true
+	}
+	if slash {
+		return info.nsegs == strings.Count(path, "/")+1
+	}
+	if len(path) > 0 && path[len(path)-1] != '/' {
+		return false
+	}
+	return info.nsegs == strings.Count(path, "/")
+}
+
+// lookup is net/http's routingNode.match: the pattern matching host,
+// method and path (with a slash appended if slash is set), or -1. decode
+// tells whether path segments are to be unescaped.
+func (m *routeMatcher) lookup(host, method, path string, decode, slash bool) int {
+	if host != "" {
+		for k := range m.hosts {
+			if asciiEqualFold(m.hosts[k].host, host) {
+				if i := m.hosts[k].methods.lookup(method, path, decode, slash); i >= 0 {
+					return i
+				}
+				break
+			}
+		}
+	}
+	if m.anyHost == nil {
+		return -1
+	}
+	return m.anyHost.lookup(method, path, decode, slash)
+}
+
+func (ms *routeMethods) lookup(method, path string, decode, slash bool) int {
+	var get *routeNode
+	for k := range ms.methods {
+		e := &ms.methods[k]
+		if e.method == method {
+			if i := e.root.lookup(path, decode, slash); i >= 0 {
+				return i
+			}
+		}
+		if e.method == http.MethodGet {
+			get = e.root
+		}
+	}
+	if method == http.MethodHead && get != nil {
+		if i := get.lookup(path, decode, slash); i >= 0 {
+			return i
+		}
+	}
+	if ms.any == nil {
+		return -1
+	}
+	return ms.any.lookup(path, decode, slash)
+}
+
+// lookup is net/http's routingNode.matchPath. The path to match is path
+// followed by a "/" if slash is set; path is empty or starts with '/'.
+func (n *routeNode) lookup(path string, decode, slash bool) int {
+	if path == "" && !slash {
+		return n.pat
+	}
+	// Split off the first segment. A lone "/" is the trailing-slash
+	// segment, whose key is "/".
+	var seg string
+	escaped := false
+	if path == "" || (path == "/" && !slash) {
+		seg, path, slash = "/", "", false
+	} else {
+		// A loop beats strings.IndexByte on short segments.
+		i, pct := 1, false
+		for ; i < len(path) && path[i] != '/'; i++ {
+			if path[i] == '%' {
+				pct = true
+			}
+		}
+		seg, path = path[1:i], path[i:]
+		// ServeMux unescapes the segment unless it is invalidly escaped.
+		escaped = decode && pct && validEscapes(seg)
+	}
+	// Literal children first. (An empty segment finds the wildcard child
+	// in ServeMux, which is tried next anyway.)
+	if seg != "" {
+		var c *routeNode
+		if escaped {
+			c = n.literalEscaped(seg)
+		} else {
+			c = n.literal(seg)
+		}
+		if c != nil {
+			if i := c.lookup(path, decode, slash); i >= 0 {
+				return i
+			}
+		}
+	}
+	// Then the single wildcard, which does not match a trailing slash (nor
+	// a segment that unescapes to "/").
+	if n.wild != nil && seg != "/" && !(escaped && (seg == "%2F" || seg == "%2f")) {
+		if i := n.wild.lookup(path, decode, slash); i >= 0 {
+			return i
+		}
+	}
+	// Last, the multi wildcard takes the rest.
+	return n.multi
+}
+
+// requestEscapedPath returns u.EscapedPath() without allocating: either
+// u.RawPath, whose segments are then to be unescaped (decode), or u.Path,
+// whose segments are what unescaping the segments of u.EscapedPath()
+// would give back.
+func requestEscapedPath(u *url.URL) (path string, decode bool) {
+	if u.RawPath != "" && validEncodedRoutePath(u.RawPath) && unescapedEqual(u.RawPath, u.Path) {
+		return u.RawPath, true
+	}
+	return u.Path, false
+}
+
+// validEncodedRoutePath is net/url's validEncoded(s, encodePath).
+func validEncodedRoutePath(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		default:
+			switch c {
+			case '-', '.', '_', '~', // unreserved
+				'!', '$', '&', '\'', '(', ')', '*', '+', ',', ';', '=', // sub-delims
+				':', '@', '/', '[', ']', '%':
+			default:
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// validEscapes reports whether every '%' in s starts a %XX escape.
+func validEscapes(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' {
+			if i+2 >= len(s) || !isHexByte(s[i+1]) || !isHexByte(s[i+2]) {
+				return false
+			}
+			i += 2
+		}
+	}
+	return true
+}
+
+// unescapedEqual reports whether s is validly %-escaped and unescapes to
+// t, without allocating.
+func unescapedEqual(s, t string) bool {
+	j := 0
+	for i := 0; i < len(s); j++ {
+		c := s[i]
+		if c == '%' {
+			if i+2 >= len(s) || !isHexByte(s[i+1]) || !isHexByte(s[i+2]) {
+				return false
+			}
+			c = unhexByte(s[i+1])<<4 | unhexByte(s[i+2])
+			i += 3
+		} else {
+			i++
+		}
+		if j >= len(t) || t[j] != c {
+			return false
+		}
+	}
+	return j == len(t)
+}
+
+func isHexByte(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhexByte(c byte) byte {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0'
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10
+	}
+	return 0
+}
+
+// isCleanRoutePath reports whether net/http's cleanPath(p) == p: p starts
+// with '/' and has no empty, "." or ".." segment (but may end in '/').
+func isCleanRoutePath(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	// Most paths have no "//" nor "/.": this loop finds that fastest.
+	for i := 0; ; i++ {
+		if i == len(p)-1 {
+			return true
+		}
+		if p[i] == '/' && (p[i+1] == '/' || p[i+1] == '.') {
+			break
+		}
+	}
+	start := 1 // of the current segment
+	for i := 1; i <= len(p); i++ {
+		if i < len(p) && p[i] != '/' {
+			continue
+		}
+		switch i - start {
+		case 0: // empty: only as the last segment
+			if i < len(p) {
+				return false
+			}
+		case 1:
+			if p[start] == '.' {
+				return false
+			}
+		case 2:
+			if p[start] == '.' && p[start+1] == '.' {
+				return false
+			}
+		}
+		start = i + 1
+	}
+	return true
+}
+
+// stripRoutePort is net/http's stripHostPort: h without a port, if
+// net.SplitHostPort accepts it, else h. It does not allocate.
+func stripRoutePort(h string) string {
+	i := strings.LastIndexByte(h, ':')
+	if i < 0 {
+		return h
+	}
+	host, j, k := "", 0, 0
+	if h[0] == '[' {
+		end := strings.IndexByte(h, ']')
+		if end < 0 || end+1 != i {
+			return h
+		}
+		host, j, k = h[1:end], 1, end+1
+	} else {
+		host = h[:i]
+		if strings.IndexByte(host, ':') >= 0 {
+			return h
+		}
+	}
+	if strings.IndexByte(h[j:], '[') >= 0 || strings.IndexByte(h[k:], ']') >= 0 {
+		return h
+	}
+	return host
+}
+
+// asciiLower returns s with ASCII upper-case letters lower-cased.
+func asciiLower(s string) string {
+	for i := 0; i < len(s); i++ {
+		if 'A' <= s[i] && s[i] <= 'Z' {
+			b := []byte(s)
+			for j := i; j < len(b); j++ {
+				if 'A' <= b[j] && b[j] <= 'Z' {
+					b[j] += 'a' - 'A'
+				}
+			}
+			return string(b)
+		}
+	}
+	return s
+}
+
+// asciiEqualFold reports whether lower, which has no ASCII upper-case
+// letter, equals s with ASCII upper-case letters lower-cased.
+func asciiEqualFold(lower, s string) bool {
+	if len(lower) != len(s) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
+}
