@@ -1,0 +1,145 @@
+package httpbreaker
+
+import (
+	"net/http"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// stub is the cheapest possible next: one shared response, no allocation.
+type stub struct{ resp *http.Response }
+
+func newStub() *stub {
+	return &stub{resp: &http.Response{StatusCode: 200, Body: http.NoBody}}
+}
+
+func (s *stub) RoundTrip(*http.Request) (*http.Response, error) { return s.resp, nil }
+
+func benchRoundTrip(b *testing.B, rt http.RoundTripper, req *http.Request) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := rt.RoundTrip(req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkClosed compares a bare stub with the breaker in front of it:
+// the difference is the breaker's overhead on the closed path.
+func BenchmarkClosed(b *testing.B) {
+	req := mustReq(b, "http://api.example.com/v1/users/42/orders")
+	b.Run("bare", func(b *testing.B) { benchRoundTrip(b, newStub(), req) })
+	b.Run("host-key", func(b *testing.B) { benchRoundTrip(b, New(newStub()), req) })
+	b.Run("route-key", func(b *testing.B) {
+		benchRoundTrip(b, New(newStub(), WithRoutes(benchPatterns...)), req)
+	})
+	b.Run("slow-call-threshold", func(b *testing.B) {
+		benchRoundTrip(b, New(newStub(), WithSlowCallThreshold(time.Second)), req)
+	})
+	b.Run("bulkhead", func(b *testing.B) {
+		benchRoundTrip(b, New(newStub(), WithMaxConcurrent(100)), req)
+	})
+}
+
+// benchPatterns are 20 API-like routes; /v1/users/42/orders matches one.
+var benchPatterns = []string{
+	"GET /v1/users/{id}", "POST /v1/users", "GET /v1/users/{id}/orders", "PUT /v1/users/{id}",
+	"DELETE /v1/users/{id}", "GET /v1/orders/{id}", "POST /v1/orders", "GET /v1/orders/{id}/items",
+	"POST /v1/charges", "GET /v1/charges/{id}", "POST /v1/refunds", "GET /v1/refunds/{id}",
+	"GET /v1/products", "GET /v1/products/{sku}", "GET /v1/search", "GET /v2/users/{id}",
+	"GET /files/{path...}", "GET /healthz", "POST /v1/webhooks/{provider}", "GET /v1/invoices/{id}/pdf",
+}
+
+// BenchmarkClosedParallel runs one hot key from every P; compare with
+// -cpu 1,2,8.
+func BenchmarkClosedParallel(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		rt   http.RoundTripper
+	}{{"bare", newStub()}, {"host-key", New(newStub())}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				req := mustReq(b, "http://api.example.com/v1/users/42")
+				for pb.Next() {
+					if _, err := c.rt.RoundTrip(req); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkManyHosts round-robins over 1,000 hosts.
+func BenchmarkManyHosts(b *testing.B) {
+	reqs := make([]*http.Request, 1000)
+	for i := range reqs {
+		reqs[i] = mustReq(b, "http://host"+strconv.Itoa(i)+".example.com/")
+	}
+	for _, c := range []struct {
+		name string
+		rt   http.RoundTripper
+	}{{"bare", newStub()}, {"host-key", New(newStub())}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if _, err := c.rt.RoundTrip(reqs[i%len(reqs)]); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}
+
+// BenchmarkRejection measures the open path.
+func BenchmarkRejection(b *testing.B) {
+	req := mustReq(b, "http://api.example.com/")
+	b.Run("error", func(b *testing.B) {
+		tr := New(newStub(), WithRejectAsError())
+		tr.Trip("api.example.com", time.Hour)
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := tr.RoundTrip(req); err == nil {
+				b.Fatal("admitted")
+			}
+		}
+	})
+	b.Run("503", func(b *testing.B) {
+		tr := New(newStub())
+		tr.Trip("api.example.com", time.Hour)
+		b.ReportAllocs()
+		for b.Loop() {
+			if resp, _ := tr.RoundTrip(req); !IsRejected(resp) {
+				b.Fatal("admitted")
+			}
+		}
+	})
+}
+
+// BenchmarkBreakerFootprint reports the heap bytes of one live breaker
+// with the default window.
+func BenchmarkBreakerFootprint(b *testing.B) {
+	const n = 1000
+	var per float64
+	for b.Loop() {
+		tr := New(newStub(), WithMaxBreakers(n))
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		for i := range n {
+			_, _ = tr.RoundTrip(mustReq(b, "http://h"+strconv.Itoa(i)+".example.com/"))
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		per = float64(after.HeapAlloc-before.HeapAlloc) / n
+		runtime.KeepAlive(tr)
+	}
+	b.ReportMetric(per, "bytes/breaker")
+	b.ReportMetric(per*n/(1<<20), "MiB/1000-breakers")
+}

@@ -1,0 +1,494 @@
+package httpbreaker
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+const testURL = "http://api.test/v1/things"
+const testKey = "api.test"
+
+// step is one row of a state-machine table: after waiting (in fake time),
+// a request is sent while the dependency answers code (or err).
+type step struct {
+	after time.Duration // wait this long before the request
+	code  int           // the dependency's status, when err is nil
+	err   error         // the dependency's error
+	sent  bool          // the request must reach the dependency
+	want  State         // the breaker's state after the request
+}
+
+// rep repeats a step n times.
+func rep(n int, s step) []step {
+	out := make([]step, n)
+	for i := range out {
+		out[i] = s
+	}
+	return out
+}
+
+// steps concatenates rows and groups of rows.
+func steps(parts ...any) []step {
+	var out []step
+	for _, p := range parts {
+		switch v := p.(type) {
+		case step:
+			out = append(out, v)
+		case []step:
+			out = append(out, v...)
+		}
+	}
+	return out
+}
+
+// run sends one request per step through tr to d and checks that it
+// reached d or not and the state afterwards. Call it inside a synctest
+// bubble.
+func run(t *testing.T, tr *Transport, d *dep, rows []step) {
+	t.Helper()
+	for i, s := range rows {
+		time.Sleep(s.after)
+		d.set(s.code, s.err)
+		before := d.calls.Load()
+		resp, err := get(t, tr, testURL)
+		sent := d.calls.Load() > before
+		require.Equal(t, s.sent, sent, "step %d: reached the dependency", i)
+		require.Equal(t, s.want, tr.State(testKey), "step %d: state", i)
+		if !s.sent {
+			require.NoError(t, err, "step %d", i)
+			require.True(t, IsRejected(resp), "step %d: rejected with the synthetic 503", i)
+		}
+	}
+}
+
+var (
+	ok200   = step{code: 200, sent: true, want: StateClosed}
+	fail500 = step{code: 500, sent: true, want: StateClosed}
+)
+
+func with(s step, f func(*step)) step { f(&s); return s }
+
+func TestTripsOnFailureRateAndRecovers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(200)
+		tr := New(d, WithMinRequests(4), WithFailureRate(0.5), WithJitter(0), WithOpenTimeout(5*time.Second))
+		run(t, tr, d, steps(
+			ok200, ok200,
+			fail500, // 1 of 3: below the minimum volume
+			step{code: 500, sent: true, want: StateOpen}, // 2 of 4 = 0.5
+			step{code: 200, sent: false, want: StateOpen},
+			step{after: 4 * time.Second, code: 200, sent: false, want: StateOpen},
+			// The open period ends: three probes in a row close it.
+			step{after: time.Second, code: 200, sent: true, want: StateHalfOpen},
+			step{code: 200, sent: true, want: StateHalfOpen},
+			step{code: 200, sent: true, want: StateClosed},
+			// Counts were cleared on closing: one failure does not trip.
+			fail500,
+		))
+	})
+}
+
+func TestMinRequestsAndRate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(200)
+		tr := New(d) // defaults: 20 requests, rate 0.5
+		run(t, tr, d, steps(
+			rep(19, fail500), // 19 failures: still below 20 requests
+			step{code: 500, sent: true, want: StateOpen},
+		))
+	})
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(200)
+		tr := New(d, WithMinRequests(10), WithFailureRate(0.6))
+		run(t, tr, d, steps(
+			rep(5, ok200), rep(5, fail500), // 5/10
+			fail500, // 6/11 = 0.545
+			fail500, // 7/12 = 0.583
+			step{code: 500, sent: true, want: StateOpen}, // 8/13 = 0.615
+		))
+	})
+}
+
+func TestOldFailuresLeaveTheWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(200)
+		tr := New(d, WithMinRequests(4), WithWindow(10*time.Second))
+		run(t, tr, d, steps(
+			rep(3, fail500),
+			// 10s later the three failures have left the window.
+			with(fail500, func(s *step) { s.after = 10 * time.Second }),
+			rep(2, fail500),
+			// Now 4 in the window, all failures.
+			step{code: 500, sent: true, want: StateOpen},
+		))
+		s := tr.Snapshot()
+		require.Len(t, s, 1)
+		require.EqualValues(t, 4, s[0].Requests)
+		require.EqualValues(t, 4, s[0].Failures)
+	})
+}
+
+func TestFourxxAndIgnoredNeverTrip(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(200)
+		tr := New(d, WithMinRequests(2))
+		rows := []step{}
+		for _, code := range []int{400, 401, 403, 404, 409, 422, 501, 505} {
+			rows = append(rows, rep(3, step{code: code, sent: true, want: StateClosed})...)
+		}
+		run(t, tr, d, rows)
+		s := tr.Snapshot()
+		require.EqualValues(t, 18, s[0].Requests, "501 and 505 are ignored, 4xx are successes")
+		require.Zero(t, s[0].Failures)
+	})
+}
+
+func TestSlowCallIsAFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(200)
+		d.delay = 200 * time.Millisecond
+		tr := New(d, WithMinRequests(3), WithSlowCallThreshold(100*time.Millisecond))
+		run(t, tr, d, steps(
+			ok200, ok200,
+			step{code: 200, sent: true, want: StateOpen},
+		))
+	})
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(200)
+		d.delay = 50 * time.Millisecond
+		tr := New(d, WithMinRequests(3), WithSlowCallThreshold(100*time.Millisecond))
+		run(t, tr, d, rep(10, ok200))
+	})
+}
+
+func TestSustained429(t *testing.T) {
+	throttled := step{code: 429, sent: true, want: StateClosed}
+	synctest.Test(t, func(t *testing.T) {
+		// A burst shorter than the sustain period never trips.
+		d := newDep(200)
+		tr := New(d, WithMinRequests(4), WithThrottleSustain(10*time.Second))
+		run(t, tr, d, steps(
+			rep(10, throttled),
+			rep(9, with(throttled, func(s *step) { s.after = time.Second })), // 9s of 429s
+			rep(20, with(ok200, func(s *step) { s.after = 100 * time.Millisecond })),
+		))
+		s := tr.Snapshot()[0]
+		require.NotZero(t, s.Throttled, "429s are in the window")
+	})
+	synctest.Test(t, func(t *testing.T) {
+		// 429s that make up the failure rate for the whole sustain period
+		// count as failures.
+		d := newDep(200)
+		tr := New(d, WithMinRequests(4), WithThrottleSustain(10*time.Second), WithJitter(0))
+		run(t, tr, d, steps(
+			rep(4, throttled),
+			rep(9, with(throttled, func(s *step) { s.after = time.Second })),
+			step{after: time.Second, code: 429, sent: true, want: StateOpen},
+		))
+	})
+	synctest.Test(t, func(t *testing.T) {
+		// 429s mixed with enough successes never count.
+		d := newDep(200)
+		tr := New(d, WithMinRequests(4), WithThrottleSustain(0))
+		var rows []step
+		for range 30 {
+			rows = append(rows, with(throttled, func(s *step) { s.after = time.Second }), ok200, ok200, ok200)
+		}
+		run(t, tr, d, rows)
+	})
+}
+
+func TestOpenDurationBackoffAndCap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(500)
+		tr := New(d, WithMinRequests(1), WithJitter(0), WithOpenTimeout(time.Second),
+			WithMaxOpenTimeout(5*time.Second), WithProbesToClose(1))
+		openFor := func() time.Duration {
+			s := tr.Snapshot()[0]
+			require.Equal(t, StateOpen, s.State)
+			return s.RetryAt.Sub(time.Now())
+		}
+		_, _ = get(t, tr, testURL)
+		require.Equal(t, time.Second, openFor())
+		// Each failed probe cycle doubles it, up to the cap.
+		for _, want := range []time.Duration{2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second} {
+			time.Sleep(openFor())
+			before := d.calls.Load()
+			_, _ = get(t, tr, testURL) // the probe fails
+			require.Equal(t, before+1, d.calls.Load())
+			require.Equal(t, want, openFor())
+		}
+		// A successful probe closes and resets the backoff.
+		time.Sleep(openFor())
+		d.set(200, nil)
+		_, _ = get(t, tr, testURL)
+		require.Equal(t, StateClosed, tr.State(testKey))
+		d.set(500, nil)
+		_, _ = get(t, tr, testURL)
+		require.Equal(t, time.Second, openFor())
+	})
+}
+
+func TestOpenDurationHonoursRetryAfter(t *testing.T) {
+	for _, tc := range []struct {
+		header string
+		want   time.Duration
+	}{
+		{"30", 30 * time.Second},  // raised to upstream's Retry-After
+		{"1", 5 * time.Second},    // never lowered below the base
+		{"600", 60 * time.Second}, // capped at MaxOpenTimeout
+		{"-5", 5 * time.Second},   // garbage is ignored
+		{"soon", 5 * time.Second}, // garbage is ignored
+		{"99999999999999999999", 60 * time.Second},
+	} {
+		t.Run(tc.header, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				d := newDep(503)
+				d.setHeader(http.Header{"Retry-After": {tc.header}})
+				tr := New(d, WithMinRequests(2), WithJitter(0))
+				_, _ = get(t, tr, testURL)
+				_, _ = get(t, tr, testURL)
+				s := tr.Snapshot()[0]
+				require.Equal(t, StateOpen, s.State)
+				require.Equal(t, tc.want, s.RetryAt.Sub(time.Now()))
+			})
+		})
+	}
+}
+
+func TestJitterSpreadsOpenPeriods(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(500)
+		tr := New(d, WithMinRequests(1), WithOpenTimeout(10*time.Second), WithJitter(0.2))
+		seen := map[time.Duration]bool{}
+		for i := range 50 {
+			_, _ = get(t, tr, "http://h"+itoaTest(i)+".test/")
+		}
+		for _, s := range tr.Snapshot() {
+			d := s.RetryAt.Sub(time.Now())
+			require.GreaterOrEqual(t, d, 10*time.Second)
+			require.LessOrEqual(t, d, 12*time.Second)
+			seen[d] = true
+		}
+		require.Greater(t, len(seen), 10, "open periods are spread out")
+	})
+}
+
+func TestJitterAppliesAfterTheCap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(503)
+		d.setHeader(http.Header{"Retry-After": {"3600"}})
+		tr := New(d, WithMinRequests(1), WithMaxOpenTimeout(60*time.Second), WithJitter(0.5))
+		var longest time.Duration
+		for i := range 40 {
+			_, _ = get(t, tr, "http://h"+itoaTest(i)+".test/")
+		}
+		for _, s := range tr.Snapshot() {
+			dd := s.RetryAt.Sub(time.Now())
+			require.GreaterOrEqual(t, dd, 60*time.Second)
+			require.LessOrEqual(t, dd, 90*time.Second)
+			longest = max(longest, dd)
+		}
+		require.Greater(t, longest, 60*time.Second, "breakers held at the cap still spread out")
+	})
+}
+
+// tripped returns a Transport over d whose breaker for testKey has just
+// opened for exactly 1s.
+func tripped(t *testing.T, d *dep, opts ...Option) *Transport {
+	tr := New(d, append([]Option{WithMinRequests(1), WithJitter(0), WithOpenTimeout(time.Second)}, opts...)...)
+	d.set(500, nil)
+	_, _ = get(t, tr, testURL)
+	require.Equal(t, StateOpen, tr.State(testKey))
+	return tr
+}
+
+func TestHalfOpenBoundsProbes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(500)
+		tr := tripped(t, d, WithHalfOpenProbes(2))
+		time.Sleep(time.Second)
+		d.set(200, nil)
+		d.block()
+		before := d.calls.Load()
+		var wg sync.WaitGroup
+		results := make(chan bool, 10)
+		for range 10 {
+			wg.Go(func() {
+				resp, err := get(t, tr, testURL)
+				results <- err == nil && IsRejected(resp)
+			})
+		}
+		synctest.Wait()
+		require.EqualValues(t, 2, d.calls.Load()-before, "only two probes reach the dependency")
+		d.release()
+		wg.Wait()
+		close(results)
+		rejected := 0
+		for r := range results {
+			if r {
+				rejected++
+			}
+		}
+		require.Equal(t, 8, rejected)
+		require.Equal(t, StateHalfOpen, tr.State(testKey), "two of three successes")
+	})
+}
+
+func TestProbeFailureReopens(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(500)
+		tr := tripped(t, d)
+		run(t, tr, d, steps(
+			step{after: time.Second, code: 200, sent: true, want: StateHalfOpen},
+			step{code: 200, sent: true, want: StateHalfOpen},
+			step{code: 503, sent: true, want: StateOpen}, // not three in a row
+			step{after: time.Second, code: 200, sent: false, want: StateOpen},
+			step{after: time.Second, code: 200, sent: true, want: StateHalfOpen}, // backoff: 2s
+		))
+	})
+}
+
+func TestCancelledProbeFreesItsSlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(500)
+		tr := tripped(t, d)
+		time.Sleep(time.Second)
+		d.hangUntilDone()
+		ctx, cancel := context.WithCancelCause(context.Background())
+		done := make(chan error)
+		go func() {
+			_, err := getCtx(t, ctx, tr, testURL)
+			done <- err
+		}()
+		synctest.Wait()
+		// The slot is taken: others are rejected.
+		resp, err := get(t, tr, testURL)
+		require.NoError(t, err)
+		require.True(t, IsRejected(resp))
+		cancel(context.Canceled)
+		require.Error(t, <-done)
+		// Cancelled: counted for nothing, slot free, still half-open.
+		require.Equal(t, StateHalfOpen, tr.State(testKey))
+		d.set(200, nil)
+		run(t, tr, d, steps(
+			step{code: 200, sent: true, want: StateHalfOpen},
+			step{code: 200, sent: true, want: StateHalfOpen},
+			step{code: 200, sent: true, want: StateClosed},
+		))
+	})
+}
+
+func TestHungProbeCannotHoldItsSlotForever(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(500)
+		log := &transitionLog{}
+		tr := tripped(t, d, WithMaxOpenTimeout(30*time.Second), WithOnStateChange(log.hook))
+		time.Sleep(time.Second)
+		d.set(200, nil)
+		d.block() // the probe hangs, ignoring nothing but release
+		done := make(chan struct{})
+		go func() {
+			_, _ = get(t, tr, testURL)
+			close(done)
+		}()
+		synctest.Wait()
+		time.Sleep(29 * time.Second)
+		require.Equal(t, StateHalfOpen, tr.State(testKey))
+		time.Sleep(time.Second)
+		// Past the bound the probe counts as failed: open again, backed off.
+		require.Equal(t, StateOpen, tr.State(testKey))
+		s := tr.Snapshot()[0]
+		require.Equal(t, 2*time.Second, s.RetryAt.Sub(time.Now()))
+		d.release()
+		<-done
+		// Its late success decides nothing.
+		require.Equal(t, StateOpen, tr.State(testKey))
+		require.Equal(t, []string{
+			testKey + ": closed→open", testKey + ": open→half-open", testKey + ": half-open→open",
+		}, log.list())
+	})
+}
+
+func TestStaleOutcomesAreDropped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(200)
+		tr := New(d, WithMinRequests(2), WithJitter(0), WithOpenTimeout(time.Second), WithProbesToClose(1))
+		// A call admitted while closed hangs.
+		d.block()
+		d.set(500, nil)
+		done := make(chan struct{})
+		go func() {
+			_, _ = get(t, tr, testURL)
+			close(done)
+		}()
+		synctest.Wait()
+		// Meanwhile the breaker trips (the gate is per call: open it for
+		// these two) and recovers.
+		gate := d.gate
+		d.mu.Lock()
+		d.gate = nil
+		d.mu.Unlock()
+		run(t, tr, d, steps(
+			step{code: 500, sent: true, want: StateClosed},
+			step{code: 500, sent: true, want: StateOpen},
+			step{after: time.Second, code: 200, sent: true, want: StateClosed},
+		))
+		close(gate)
+		<-done
+		// The late failure, admitted two generations ago, is dropped.
+		s := tr.Snapshot()[0]
+		require.Zero(t, s.Failures)
+		require.Zero(t, s.Requests)
+	})
+}
+
+func TestTransitionsHappenExactlyOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(500)
+		log := &transitionLog{}
+		tr := New(d, WithMinRequests(10), WithOnStateChange(log.hook))
+		d.block()
+		var wg sync.WaitGroup
+		for range 200 {
+			wg.Go(func() { _, _ = get(t, tr, testURL) })
+		}
+		synctest.Wait()
+		d.release() // 200 failures cross the threshold together
+		wg.Wait()
+		require.Equal(t, []string{testKey + ": closed→open"}, log.list())
+	})
+}
+
+// TestTransitionsUnderRealContention runs without a bubble, on real
+// goroutines, for the race detector.
+func TestTransitionsUnderRealContention(t *testing.T) {
+	d := newDep(500)
+	var mu sync.Mutex
+	counts := map[[2]State]int{}
+	tr := New(d, WithMinRequests(5), WithOpenTimeout(time.Hour), WithMaxOpenTimeout(time.Hour),
+		WithOnStateChange(func(_ string, from, to State) {
+			mu.Lock()
+			counts[[2]State{from, to}]++
+			mu.Unlock()
+		}))
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 200 {
+				_, _ = get(t, tr, testURL)
+			}
+		})
+	}
+	wg.Wait()
+	require.Equal(t, map[[2]State]int{{StateClosed, StateOpen}: 1}, counts)
+	require.Less(t, d.calls.Load(), int64(100), "once open, the dependency is left alone")
+}
+
+func itoaTest(i int) string { return string(rune('a'+i/26)) + string(rune('a'+i%26)) }

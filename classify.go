@@ -1,0 +1,209 @@
+package httpbreaker
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// An Outcome is what one call tells a breaker about its dependency.
+type Outcome int
+
+const (
+	// OutcomeSuccess: the dependency answered. 4xx responses are successes:
+	// a 404 proves the dependency is up.
+	OutcomeSuccess Outcome = iota
+	// OutcomeFailure: the dependency failed (connection error, timeout,
+	// 5xx, slow call). Failures count toward the failure rate.
+	OutcomeFailure
+	// OutcomeThrottled: the dependency asked us to slow down (429). 429s
+	// count toward the failure rate only when sustained; see
+	// WithThrottleSustain.
+	OutcomeThrottled
+	// OutcomeIgnored: the call says nothing about the dependency (the
+	// caller cancelled, the request was malformed). It leaves the window
+	// untouched and frees a half-open probe slot without deciding anything.
+	OutcomeIgnored
+)
+
+// String returns "success", "failure", "throttled" or "ignored"; these
+// are also the values of the outcome label in metrics.
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeSuccess:
+		return "success"
+	case OutcomeFailure:
+		return "failure"
+	case OutcomeThrottled:
+		return "throttled"
+	case OutcomeIgnored:
+		return "ignored"
+	}
+	return "Outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// A Classifier decides what a finished call says about the dependency.
+// It is called once per admitted call with the request as the caller sent
+// it and exactly one of resp and err non-nil (both nil only if the next
+// RoundTripper broke its contract). It must not read or close resp.Body,
+// must not modify anything, and must be safe for concurrent use. An
+// unknown Outcome value counts as OutcomeIgnored.
+type Classifier func(req *http.Request, resp *http.Response, err error) Outcome
+
+// DefaultClassifier counts only the dependency's own faults:
+//
+//   - Failure: any transport error (connection refused or reset, EOF, DNS,
+//     TLS handshake, timeouts), a request context whose deadline passed
+//     while the call ran, and a 5xx response other than 501 and 505.
+//   - Throttled: 429 Too Many Requests.
+//   - Ignored: the caller cancelled — the request's context was cancelled
+//     (whatever its cause) before any deadline passed, or its deprecated
+//     Cancel channel was closed; a malformed request (no URL, no host, a
+//     scheme other than http and https, an invalid method or header, a nil
+//     Body with a positive ContentLength); 501 Not Implemented and 505 HTTP
+//     Version Not Supported, which describe our request, not the
+//     dependency's health.
+//   - Success: everything else, 1xx–4xx included.
+//
+// Cancellation is read from req.Context(), never from the error text: a
+// cancel cause can hide context.Canceled, and http.Client's Timeout can
+// surface as "net/http: request canceled" while the context says
+// DeadlineExceeded.
+//
+// The Transport applies one more rule before any classifier: a call that
+// ended because a deadline passed which left less than 50ms at admission
+// is Ignored (see Transport.RoundTrip). DefaultClassifier alone cannot know
+// the budget at admission and counts such a call as a failure.
+func DefaultClassifier(req *http.Request, resp *http.Response, err error) Outcome {
+	if err != nil {
+		if req == nil {
+			return OutcomeFailure
+		}
+		switch callerEnded(req, time.Now()) {
+		case endedByDeadline:
+			return OutcomeFailure
+		case endedByCaller:
+			return OutcomeIgnored
+		}
+		if !validRequest(req) {
+			return OutcomeIgnored
+		}
+		return OutcomeFailure
+	}
+	if resp == nil {
+		return OutcomeIgnored
+	}
+	return classifyStatus(resp.StatusCode)
+}
+
+func classifyStatus(code int) Outcome {
+	switch {
+	case code == http.StatusTooManyRequests:
+		return OutcomeThrottled
+	case code == http.StatusNotImplemented, code == http.StatusHTTPVersionNotSupported:
+		return OutcomeIgnored
+	case code >= 500 && code <= 599:
+		return OutcomeFailure
+	}
+	return OutcomeSuccess
+}
+
+type ending int
+
+const (
+	endedNot ending = iota
+	endedByDeadline
+	endedByCaller
+)
+
+// callerEnded reports whether the request's context (or its deprecated
+// Cancel channel) ended the call, and how.
+func callerEnded(req *http.Request, now time.Time) ending {
+	ctx := req.Context()
+	switch ctx.Err() {
+	case context.DeadlineExceeded:
+		return endedByDeadline
+	case context.Canceled:
+		return endedByCaller
+	}
+	// http.Client's Timeout fires its own timer, which can close
+	// req.Cancel an instant before the context's deadline timer runs.
+	if d, ok := ctx.Deadline(); ok && !now.Before(d) {
+		return endedByDeadline
+	}
+	if req.Cancel != nil { //nolint:staticcheck // still set by http.Client
+		select {
+		case <-req.Cancel: //nolint:staticcheck
+			return endedByCaller
+		default:
+		}
+	}
+	return endedNot
+}
+
+// routable reports whether the request can go to a dependency at all; the
+// Transport sends requests that cannot straight to next, where they fail
+// with next's own error without touching any breaker.
+func routable(req *http.Request) bool {
+	if req.URL == nil || req.URL.Host == "" {
+		return false
+	}
+	s := req.URL.Scheme
+	return strings.EqualFold(s, "https") || strings.EqualFold(s, "http")
+}
+
+// validRequest reports whether the request is well-formed enough that an
+// error for it can be the dependency's fault.
+func validRequest(req *http.Request) bool {
+	if !routable(req) {
+		return false
+	}
+	if req.Method != "" && !isToken(req.Method) {
+		return false
+	}
+	if req.Body == nil && req.ContentLength > 0 {
+		return false
+	}
+	for k, vs := range req.Header {
+		if !isToken(k) {
+			return false
+		}
+		for _, v := range vs {
+			if !validHeaderValue(v) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// isToken reports whether s is an RFC 9110 token.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			continue
+		}
+		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
+			return false
+		}
+	}
+	return true
+}
+
+// validHeaderValue reports whether v has no control characters other than
+// horizontal tab.
+func validHeaderValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}

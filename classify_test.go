@@ -1,0 +1,133 @@
+package httpbreaker
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestDefaultClassifierErrors(t *testing.T) {
+	req := func() *http.Request {
+		r, err := http.NewRequest(http.MethodGet, "https://api.test/x", nil)
+		require.NoError(t, err)
+		return r
+	}
+	opErr := func(e error) error {
+		return &url.Error{Op: "Get", URL: "https://api.test/x", Err: &net.OpError{Op: "dial", Net: "tcp", Err: e}}
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want Outcome
+	}{
+		{"connection refused", opErr(syscall.ECONNREFUSED), OutcomeFailure},
+		{"connection reset", opErr(syscall.ECONNRESET), OutcomeFailure},
+		{"EOF", &url.Error{Op: "Get", URL: "u", Err: io.EOF}, OutcomeFailure},
+		{"unexpected EOF", io.ErrUnexpectedEOF, OutcomeFailure},
+		{"DNS", &net.DNSError{Err: "no such host", Name: "api.test", IsNotFound: true}, OutcomeFailure},
+		{"TLS unknown authority", &url.Error{Op: "Get", URL: "u", Err: x509.UnknownAuthorityError{}}, OutcomeFailure},
+		{"timeout", &url.Error{Op: "Get", URL: "u", Err: os.ErrDeadlineExceeded}, OutcomeFailure},
+		// An error that merely says "canceled" is not a cancellation:
+		// only the context decides.
+		{"context.Canceled text without a cancelled context", context.Canceled, OutcomeFailure},
+		{"some error", errors.New("boom"), OutcomeFailure},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, DefaultClassifier(req(), nil, tc.err))
+		})
+	}
+}
+
+func TestDefaultClassifierReadsTheContext(t *testing.T) {
+	boom := errors.New("boom")
+
+	// Cancelled with a custom cause: the error does not even mention it.
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(errors.New("user went away"))
+	r, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://api.test/", nil)
+	require.Equal(t, OutcomeIgnored, DefaultClassifier(r, nil, boom))
+
+	// A deadline that passed while the call ran is the dependency's.
+	dctx, dcancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer dcancel()
+	r, _ = http.NewRequestWithContext(dctx, http.MethodGet, "http://api.test/", nil)
+	require.Equal(t, OutcomeFailure, DefaultClassifier(r, nil, errors.New("net/http: request canceled")))
+
+	// A deadline with a cause is still a deadline.
+	cctx, ccancel := context.WithDeadlineCause(context.Background(), time.Now().Add(-time.Second), errors.New("budget"))
+	defer ccancel()
+	r, _ = http.NewRequestWithContext(cctx, http.MethodGet, "http://api.test/", nil)
+	require.Equal(t, OutcomeFailure, DefaultClassifier(r, nil, boom))
+
+	// The deprecated Cancel channel, closed by the caller.
+	r, _ = http.NewRequest(http.MethodGet, "http://api.test/", nil)
+	c := make(chan struct{})
+	close(c)
+	r.Cancel = c //nolint:staticcheck
+	require.Equal(t, OutcomeIgnored, DefaultClassifier(r, nil, boom))
+
+	// A live context leaves the error to speak.
+	r, _ = http.NewRequest(http.MethodGet, "http://api.test/", nil)
+	require.Equal(t, OutcomeFailure, DefaultClassifier(r, nil, boom))
+}
+
+func TestDefaultClassifierMalformedRequests(t *testing.T) {
+	boom := errors.New("boom")
+	mk := func(f func(*http.Request)) *http.Request {
+		r, err := http.NewRequest(http.MethodGet, "http://api.test/", nil)
+		require.NoError(t, err)
+		f(r)
+		return r
+	}
+	for name, r := range map[string]*http.Request{
+		"nil URL":            mk(func(r *http.Request) { r.URL = nil }),
+		"no host":            mk(func(r *http.Request) { r.URL.Host = "" }),
+		"unsupported scheme": mk(func(r *http.Request) { r.URL.Scheme = "ftp" }),
+		"bad method":         mk(func(r *http.Request) { r.Method = "GE T" }),
+		"bad header name":    mk(func(r *http.Request) { r.Header["Bad Name"] = []string{"x"} }),
+		"bad header value":   mk(func(r *http.Request) { r.Header.Set("X", "a\nb") }),
+		"nil body with length": mk(func(r *http.Request) {
+			r.Body = nil
+			r.ContentLength = 5
+		}),
+	} {
+		require.Equal(t, OutcomeIgnored, DefaultClassifier(r, nil, boom), name)
+	}
+}
+
+func TestDefaultClassifierStatuses(t *testing.T) {
+	r, _ := http.NewRequest(http.MethodGet, "http://api.test/", nil)
+	want := map[int]Outcome{
+		100: OutcomeSuccess, 200: OutcomeSuccess, 204: OutcomeSuccess, 301: OutcomeSuccess, 304: OutcomeSuccess,
+		400: OutcomeSuccess, 401: OutcomeSuccess, 403: OutcomeSuccess, 404: OutcomeSuccess, 499: OutcomeSuccess,
+		429: OutcomeThrottled,
+		500: OutcomeFailure, 502: OutcomeFailure, 503: OutcomeFailure, 504: OutcomeFailure, 599: OutcomeFailure,
+		501: OutcomeIgnored, 505: OutcomeIgnored,
+	}
+	for code, o := range want {
+		require.Equal(t, o, DefaultClassifier(r, &http.Response{StatusCode: code}, nil), "status %d", code)
+	}
+	require.Equal(t, OutcomeIgnored, DefaultClassifier(r, nil, nil), "neither response nor error")
+}
+
+func TestOutcomeString(t *testing.T) {
+	require.Equal(t, "success", OutcomeSuccess.String())
+	require.Equal(t, "failure", OutcomeFailure.String())
+	require.Equal(t, "throttled", OutcomeThrottled.String())
+	require.Equal(t, "ignored", OutcomeIgnored.String())
+	require.Equal(t, "Outcome(9)", Outcome(9).String())
+	require.Equal(t, "closed", StateClosed.String())
+	require.Equal(t, "half-open", StateHalfOpen.String())
+	require.Equal(t, "open", StateOpen.String())
+	require.Equal(t, "State(7)", State(7).String())
+}

@@ -1,0 +1,171 @@
+package httpbreaker
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// rtFunc is an in-memory RoundTripper.
+type rtFunc func(*http.Request) (*http.Response, error)
+
+func (f rtFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// trackedBody is a response or request body that records being closed.
+type trackedBody struct {
+	io.Reader
+	closed atomic.Bool
+}
+
+func (b *trackedBody) Close() error { b.closed.Store(true); return nil }
+
+func newBody(s string) *trackedBody { return &trackedBody{Reader: strings.NewReader(s)} }
+
+// response builds a response with a tracked body.
+func response(req *http.Request, code int, header http.Header) *http.Response {
+	if header == nil {
+		header = http.Header{}
+	}
+	return &http.Response{
+		StatusCode: code,
+		Status:     http.StatusText(code),
+		Header:     header,
+		Body:       newBody("upstream body"),
+		Request:    req,
+	}
+}
+
+// dep is a fake dependency: an in-memory next RoundTripper whose answer
+// the test sets, and which counts the calls that reach it.
+type dep struct {
+	calls atomic.Int64
+
+	mu     sync.Mutex
+	code   int         // status to answer with, when err is nil
+	err    error       // error to answer with
+	header http.Header // headers of the response
+	hang   bool        // block until the request's context is done
+	gate   chan struct{}
+	delay  time.Duration // answer after this long
+}
+
+func newDep(code int) *dep { return &dep{code: code} }
+
+func (d *dep) set(code int, err error) {
+	d.mu.Lock()
+	d.code, d.err, d.hang = code, err, false
+	d.mu.Unlock()
+}
+
+func (d *dep) setHeader(h http.Header) {
+	d.mu.Lock()
+	d.header = h
+	d.mu.Unlock()
+}
+
+// hangUntilDone makes every call block until its context is done.
+func (d *dep) hangUntilDone() {
+	d.mu.Lock()
+	d.hang = true
+	d.mu.Unlock()
+}
+
+// block makes calls wait until release is called.
+func (d *dep) block() {
+	d.mu.Lock()
+	d.gate = make(chan struct{})
+	d.mu.Unlock()
+}
+
+func (d *dep) release() {
+	d.mu.Lock()
+	if d.gate != nil {
+		close(d.gate)
+		d.gate = nil
+	}
+	d.mu.Unlock()
+}
+
+func (d *dep) RoundTrip(req *http.Request) (*http.Response, error) {
+	d.calls.Add(1)
+	if req.Body != nil {
+		defer req.Body.Close()
+	}
+	d.mu.Lock()
+	code, err, hang, gate, header, delay := d.code, d.err, d.hang, d.gate, d.header.Clone(), d.delay
+	d.mu.Unlock()
+	if delay > 0 {
+		time.Sleep(delay)
+	}
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-req.Context().Done():
+			return nil, req.Context().Err()
+		}
+	}
+	if hang {
+		<-req.Context().Done()
+		return nil, req.Context().Err()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return response(req, code, header), nil
+}
+
+// get sends a GET for url through rt and closes the response body.
+func get(t testing.TB, rt http.RoundTripper, url string) (*http.Response, error) {
+	t.Helper()
+	return getCtx(t, context.Background(), rt, url)
+}
+
+func getCtx(t testing.TB, ctx context.Context, rt http.RoundTripper, url string) (*http.Response, error) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := rt.RoundTrip(req)
+	if resp != nil && err != nil {
+		t.Fatalf("RoundTrip returned a response and an error: %v", err)
+	}
+	if resp != nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	return resp, err
+}
+
+// errConnRefused stands for a connection error.
+var errConnRefused = errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
+
+// transitionLog records state changes from WithOnStateChange.
+type transitionLog struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (l *transitionLog) hook(key string, from, to State) {
+	l.mu.Lock()
+	l.got = append(l.got, key+": "+from.String()+"→"+to.String())
+	l.mu.Unlock()
+}
+
+func (l *transitionLog) list() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.got...)
+}

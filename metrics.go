@@ -1,0 +1,141 @@
+package httpbreaker
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// collector exports a Transport's breakers to Prometheus. It reads them at
+// scrape time: the request path pays nothing for metrics beyond the
+// counts the breakers keep anyway.
+type collector struct {
+	t *Transport
+
+	state       *prometheus.Desc
+	requests    *prometheus.Desc
+	rejections  *prometheus.Desc
+	transitions *prometheus.Desc
+	openSeconds *prometheus.Desc
+	probes      *prometheus.Desc
+}
+
+func newCollector(t *Transport) *collector {
+	l := []string{"breaker"}
+	return &collector{
+		t: t,
+		state: prometheus.NewDesc("breaker_state",
+			"Current state of the circuit breaker: 1 for the state it is in, 0 for the others.",
+			[]string{"breaker", "state"}, nil),
+		requests: prometheus.NewDesc("breaker_requests_total",
+			"Calls the breaker admitted, by outcome.",
+			[]string{"breaker", "outcome"}, nil),
+		rejections: prometheus.NewDesc("breaker_rejections_total",
+			"Calls the breaker refused without sending them, by reason.",
+			[]string{"breaker", "reason"}, nil),
+		transitions: prometheus.NewDesc("breaker_transitions_total",
+			"State transitions of the breaker.",
+			[]string{"breaker", "from", "to"}, nil),
+		openSeconds: prometheus.NewDesc("breaker_open_seconds_total",
+			"Time the breaker has spent open, in seconds.",
+			l, nil),
+		probes: prometheus.NewDesc("breaker_probes_total",
+			"Half-open probes by result: success, failure (the dependency is still down), timeout (the probe outlived the probe bound) and ignored (cancelled or throttled).",
+			[]string{"breaker", "result"}, nil),
+	}
+}
+
+// registerMetrics registers the Transport's collector with reg; it panics
+// if reg refuses it.
+func (t *Transport) registerMetrics(reg prometheus.Registerer) {
+	if err := reg.Register(newCollector(t)); err != nil {
+		panic("httpbreaker: WithMetrics: " + err.Error())
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.state
+	ch <- c.requests
+	ch <- c.rejections
+	ch <- c.transitions
+	ch <- c.openSeconds
+	ch <- c.probes
+}
+
+// breakerMetrics is what a scrape reads from one breaker.
+type breakerMetrics struct {
+	state       State
+	outcomes    counts
+	rejections  [numReasons]int64
+	transitions [numStates][numStates]int64
+	open        time.Duration
+	probes      [numProbeResults]int64
+}
+
+// metrics reads b's counters at clock time now, applying any transition
+// time alone has caused.
+func (b *breaker) metrics(now int64) (breakerMetrics, *transition) {
+	var m breakerMetrics
+	b.mu.Lock()
+	tr := b.advanceLocked(now)
+	m.state = stateOf(b.word.Load())
+	m.transitions = b.transitions
+	m.probes = b.probes
+	m.open = time.Duration(b.openNanos)
+	if m.state == StateOpen {
+		m.open += time.Duration(now - b.since)
+	}
+	b.mu.Unlock()
+	m.outcomes = b.win.totals()
+	for r := range m.rejections {
+		m.rejections[r] = b.rejections[r].Load()
+	}
+	return m, tr
+}
+
+// Collect implements prometheus.Collector.
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	now := c.t.now()
+	var trs []*transition
+	c.t.breakers.Range(func(_, v any) bool {
+		b := v.(*breaker)
+		m, tr := b.metrics(now)
+		if tr != nil {
+			trs = append(trs, tr)
+		}
+		c.emit(ch, b.key, &m)
+		return true
+	})
+	for _, tr := range trs {
+		c.t.notify(tr)
+	}
+}
+
+func (c *collector) emit(ch chan<- prometheus.Metric, key string, m *breakerMetrics) {
+	gauge, counter := prometheus.GaugeValue, prometheus.CounterValue
+	for s := State(0); s < numStates; s++ {
+		v := 0.0
+		if s == m.state {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.state, gauge, v, key, s.String())
+	}
+	for o := Outcome(0); o < numOutcomes; o++ {
+		ch <- prometheus.MustNewConstMetric(c.requests, counter, float64(m.outcomes[o]), key, o.String())
+	}
+	for r := rejectOpen; r < numReasons; r++ {
+		ch <- prometheus.MustNewConstMetric(c.rejections, counter, float64(m.rejections[r]), key, r.String())
+	}
+	for from := State(0); from < numStates; from++ {
+		for to := State(0); to < numStates; to++ {
+			if from != to {
+				ch <- prometheus.MustNewConstMetric(c.transitions, counter, float64(m.transitions[from][to]), key, from.String(), to.String())
+			}
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(c.openSeconds, counter, m.open.Seconds(), key)
+	for p := probeResult(0); p < numProbeResults; p++ {
+		ch <- prometheus.MustNewConstMetric(c.probes, counter, float64(m.probes[p]), key, p.String())
+	}
+}

@@ -1,0 +1,139 @@
+package httpbreaker
+
+import (
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+)
+
+func TestMetricsAtScrapeTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := prometheus.NewPedanticRegistry()
+		d := newDep(500)
+		tr := New(d, WithMetrics(reg), WithMinRequests(3), WithJitter(0), WithOpenTimeout(2*time.Second),
+			WithProbesToClose(1))
+		_, _ = getCtx(t, t.Context(), tr, testURL)
+		d.set(429, nil)
+		_, _ = get(t, tr, testURL)
+		d.set(500, nil)
+		_, _ = get(t, tr, testURL) // trips: 2 failures of 3
+		_, _ = get(t, tr, testURL) // rejected
+		time.Sleep(time.Second)
+
+		require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP breaker_state Current state of the circuit breaker: 1 for the state it is in, 0 for the others.
+# TYPE breaker_state gauge
+breaker_state{breaker="api.test",state="closed"} 0
+breaker_state{breaker="api.test",state="half-open"} 0
+breaker_state{breaker="api.test",state="open"} 1
+# HELP breaker_requests_total Calls the breaker admitted, by outcome.
+# TYPE breaker_requests_total counter
+breaker_requests_total{breaker="api.test",outcome="failure"} 2
+breaker_requests_total{breaker="api.test",outcome="ignored"} 0
+breaker_requests_total{breaker="api.test",outcome="success"} 0
+breaker_requests_total{breaker="api.test",outcome="throttled"} 1
+# HELP breaker_rejections_total Calls the breaker refused without sending them, by reason.
+# TYPE breaker_rejections_total counter
+breaker_rejections_total{breaker="api.test",reason="bulkhead"} 0
+breaker_rejections_total{breaker="api.test",reason="half-open"} 0
+breaker_rejections_total{breaker="api.test",reason="open"} 1
+# HELP breaker_open_seconds_total Time the breaker has spent open, in seconds.
+# TYPE breaker_open_seconds_total counter
+breaker_open_seconds_total{breaker="api.test"} 1
+`), "breaker_state", "breaker_requests_total", "breaker_rejections_total", "breaker_open_seconds_total"))
+
+		// The open period has passed: a scrape shows it due for half-open,
+		// not stale-open.
+		time.Sleep(time.Second)
+		require.Equal(t, 1.0, gaugeValue(t, reg, "breaker_state", `state="half-open"`))
+		d.set(200, nil)
+		_, _ = get(t, tr, testURL) // the probe closes it
+		require.Equal(t, 1.0, gaugeValue(t, reg, "breaker_state", `state="closed"`))
+		require.Equal(t, 1.0, gaugeValue(t, reg, "breaker_transitions_total", `from="closed",to="open"`))
+		require.Equal(t, 1.0, gaugeValue(t, reg, "breaker_transitions_total", `from="open",to="half-open"`))
+		require.Equal(t, 1.0, gaugeValue(t, reg, "breaker_transitions_total", `from="half-open",to="closed"`))
+		require.Equal(t, 1.0, gaugeValue(t, reg, "breaker_probes_total", `result="success"`))
+		require.Equal(t, 2.0, gaugeValue(t, reg, "breaker_open_seconds_total", ``))
+		// Totals never go backwards when the window is cleared.
+		require.Equal(t, 2.0, gaugeValue(t, reg, "breaker_requests_total", `outcome="failure"`))
+		require.Equal(t, 1.0, gaugeValue(t, reg, "breaker_requests_total", `outcome="success"`))
+
+		problems, err := testutil.GatherAndLint(reg)
+		require.NoError(t, err)
+		require.Empty(t, problems)
+	})
+}
+
+// gaugeValue returns the value of the one series of name whose labels
+// contain match.
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name, match string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	var found []float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var parts []string
+			for _, lp := range m.GetLabel() {
+				parts = append(parts, lp.GetName()+`="`+lp.GetValue()+`"`)
+			}
+			if !strings.Contains(strings.Join(parts, ","), match) {
+				continue
+			}
+			switch {
+			case m.GetGauge() != nil:
+				found = append(found, m.GetGauge().GetValue())
+			case m.GetCounter() != nil:
+				found = append(found, m.GetCounter().GetValue())
+			}
+		}
+	}
+	require.Len(t, found, 1, "%s{%s}", name, match)
+	return found[0]
+}
+
+func TestMetricsTwoTransportsOneRegistry(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	a := New(newDep(200), WithMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"client": "payments"}, reg)))
+	b := New(newDep(200), WithMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"client": "search"}, reg)))
+	_, _ = get(t, a, testURL)
+	_, _ = get(t, b, testURL)
+	n, err := testutil.GatherAndCount(reg, "breaker_state")
+	require.NoError(t, err)
+	require.Equal(t, 6, n, "3 states × 2 transports")
+	problems, err := testutil.GatherAndLint(reg)
+	require.NoError(t, err)
+	require.Empty(t, problems)
+}
+
+func TestMetricsForgetEvictedBreakers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := prometheus.NewPedanticRegistry()
+		tr := New(newDep(200), WithMetrics(reg), WithMaxBreakers(1))
+		_, _ = get(t, tr, "http://one.test/")
+		time.Sleep(11 * time.Second)
+		_, _ = get(t, tr, "http://two.test/")
+		n, err := testutil.GatherAndCount(reg, "breaker_state")
+		require.NoError(t, err)
+		require.Equal(t, 3, n)
+		require.Equal(t, 1.0, gaugeValue(t, reg, "breaker_state", `breaker="two.test",state="closed"`))
+	})
+}
+
+func TestMetricsNotInTheGlobalRegistry(t *testing.T) {
+	before, err := prometheus.DefaultGatherer.Gather()
+	require.NoError(t, err)
+	tr := New(newDep(200))
+	_, _ = get(t, tr, testURL)
+	after, err := prometheus.DefaultGatherer.Gather()
+	require.NoError(t, err)
+	require.Equal(t, len(before), len(after))
+}

@@ -1,0 +1,39 @@
+package httpbreaker
+
+import (
+	"context"
+	"log/slog"
+)
+
+// notify reports a transition to the logger and the state-change hook. It
+// runs with no lock held, on the goroutine that caused the transition.
+func (t *Transport) notify(tr *transition) {
+	if tr == nil {
+		return
+	}
+	if l := t.cfg.logger; l != nil {
+		logTransition(l, tr)
+	}
+	if f := t.cfg.onStateChange; f != nil {
+		f(tr.key, tr.from, tr.to)
+	}
+}
+
+// logTransition logs opening at Warn and every other transition at Info.
+func logTransition(l *slog.Logger, tr *transition) {
+	attrs := []slog.Attr{
+		slog.String("breaker", tr.key),
+		slog.String("from", tr.from.String()),
+		slog.String("to", tr.to.String()),
+		slog.String("reason", tr.reason),
+	}
+	level := slog.LevelInfo
+	if tr.to == StateOpen {
+		level = slog.LevelWarn
+		attrs = append(attrs, slog.Duration("open_for", tr.openFor))
+		if tr.samples > 0 {
+			attrs = append(attrs, slog.Float64("failure_rate", tr.rate), slog.Int64("samples", tr.samples))
+		}
+	}
+	l.LogAttrs(context.Background(), level, "httpbreaker: breaker "+tr.to.String(), attrs...)
+}

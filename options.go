@@ -1,0 +1,363 @@
+package httpbreaker
+
+import (
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// An Option configures a Transport. Options are applied in order by New;
+// a later option overrides an earlier one of the same kind. Invalid values
+// make New panic with a message that names the option, so a
+// misconfiguration is found at start-up and never at request time.
+type Option interface {
+	apply(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// config holds every setting of a Transport. It is immutable after New.
+type config struct {
+	keyFunc        KeyFunc
+	classifier     Classifier
+	window         time.Duration
+	minRequests    int64
+	failureRate    float64
+	slowCall       time.Duration
+	openTimeout    time.Duration
+	maxOpenTimeout time.Duration
+	jitter         float64
+	halfOpenProbes int64
+	probesToClose  int64
+	throttleSust   time.Duration
+	maxConcurrent  int64
+	maxBreakers    int
+	fallback       func(*http.Request, error) (*http.Response, error)
+	rejectAsError  bool
+	onStateChange  func(key string, from, to State)
+	logger         *slog.Logger
+	registerer     prometheus.Registerer
+
+	// errs collects invalid option values; New panics with the first.
+	errs []string
+}
+
+// defaultConfig returns the defaults, which follow Hystrix's well-known
+// ones where they fit:
+//
+//	key function            HostKey
+//	classifier              DefaultClassifier
+//	window                  10s (10 buckets of 1s)
+//	minimum requests        20
+//	failure rate            0.5
+//	slow-call threshold     0 (off)
+//	open timeout            5s
+//	maximum open timeout    60s (also the half-open probe bound)
+//	jitter                  0.2
+//	half-open probes        1
+//	probes to close         3
+//	throttle sustain        10s
+//	max concurrent per key  0 (unlimited)
+//	max breakers            1000
+//	rejection               synthetic 503, no fallback
+//	state-change hook       none
+//	logger                  none
+//	metrics                 none
+func defaultConfig() config {
+	return config{
+		keyFunc:        HostKey,
+		classifier:     DefaultClassifier,
+		window:         10 * time.Second,
+		minRequests:    20,
+		failureRate:    0.5,
+		openTimeout:    5 * time.Second,
+		maxOpenTimeout: 60 * time.Second,
+		jitter:         0.2,
+		halfOpenProbes: 1,
+		probesToClose:  3,
+		throttleSust:   10 * time.Second,
+		maxBreakers:    1000,
+	}
+}
+
+func (c *config) invalid(option, format string, args ...any) {
+	c.errs = append(c.errs, "httpbreaker: "+option+": "+fmt.Sprintf(format, args...))
+}
+
+// validate checks the relations between options once all are applied.
+func (c *config) validate() {
+	if c.maxOpenTimeout < c.openTimeout {
+		c.invalid("WithMaxOpenTimeout", "maximum open timeout %v is shorter than the open timeout %v", c.maxOpenTimeout, c.openTimeout)
+	}
+	if len(c.errs) > 0 {
+		panic(c.errs[0])
+	}
+}
+
+// bucketCount is the number of buckets a rolling window is divided into.
+const bucketCount = 10
+
+// minWindow is the shortest window WithWindow accepts: buckets of 1ms.
+const minWindow = bucketCount * time.Millisecond
+
+// WithKeyFunc sets how a request picks its breaker. The default is HostKey.
+// The function must be fast, must not modify the request, and must return
+// a key from a bounded set: use RouteKey (or WithRoutes) to key by
+// operation, never the raw path. A nil f panics.
+func WithKeyFunc(f KeyFunc) Option {
+	return optionFunc(func(c *config) {
+		if f == nil {
+			c.invalid("WithKeyFunc", "nil KeyFunc")
+			return
+		}
+		c.keyFunc = f
+	})
+}
+
+// WithRoutes keys requests by host and net/http.ServeMux pattern; it is
+// shorthand for WithKeyFunc(RouteKey(patterns...)). Invalid or conflicting
+// patterns panic, as RouteKey does.
+func WithRoutes(patterns ...string) Option {
+	f := RouteKey(patterns...)
+	return optionFunc(func(c *config) { c.keyFunc = f })
+}
+
+// WithClassifier sets what counts as success, failure, throttling or
+// nothing. The default is DefaultClassifier; a custom classifier can
+// delegate to it for the cases it does not handle. A nil c panics.
+func WithClassifier(f Classifier) Option {
+	return optionFunc(func(c *config) {
+		if f == nil {
+			c.invalid("WithClassifier", "nil Classifier")
+			return
+		}
+		c.classifier = f
+	})
+}
+
+// WithWindow sets the length of the rolling window over which the failure
+// rate is computed [10s]. The window is divided into 10 buckets; whole
+// buckets expire as time passes. d must be at least 10ms.
+func WithWindow(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d < minWindow {
+			c.invalid("WithWindow", "window must be at least %v, got %v", minWindow, d)
+			return
+		}
+		c.window = d
+	})
+}
+
+// WithMinRequests sets the minimum number of outcomes (successes,
+// failures and 429s) in the window before the breaker may trip [20].
+// n must be at least 1.
+func WithMinRequests(n int) Option {
+	return optionFunc(func(c *config) {
+		if n < 1 {
+			c.invalid("WithMinRequests", "minimum requests must be at least 1, got %d", n)
+			return
+		}
+		c.minRequests = int64(n)
+	})
+}
+
+// WithFailureRate sets the failure rate at which the breaker trips: it
+// opens when failures/requests ≥ r over the window [0.5]. r must be in
+// (0, 1].
+func WithFailureRate(r float64) Option {
+	return optionFunc(func(c *config) {
+		if !(r > 0 && r <= 1) {
+			c.invalid("WithFailureRate", "rate must be in (0, 1], got %v", r)
+			return
+		}
+		c.failureRate = r
+	})
+}
+
+// WithSlowCallThreshold makes a call that takes longer than d a failure,
+// even when it succeeds [0: off]. Zero turns the check off; a negative d
+// panics. Setting it costs one more clock read per request.
+func WithSlowCallThreshold(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d < 0 {
+			c.invalid("WithSlowCallThreshold", "threshold must not be negative, got %v", d)
+			return
+		}
+		c.slowCall = d
+	})
+}
+
+// WithOpenTimeout sets the base open duration [5s]: how long a breaker
+// stays open after it trips before it lets a probe through. It doubles for
+// each consecutive failed probe cycle, up to WithMaxOpenTimeout. d must be
+// positive.
+func WithOpenTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d <= 0 {
+			c.invalid("WithOpenTimeout", "open timeout must be positive, got %v", d)
+			return
+		}
+		c.openTimeout = d
+	})
+}
+
+// WithMaxOpenTimeout caps the open duration after backoff and after an
+// upstream Retry-After [60s]; jitter is added after the cap. It is also the
+// probe bound: a half-open probe that has not finished after d frees its
+// slot and counts as failed. d must be positive and not shorter than the
+// open timeout.
+func WithMaxOpenTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d <= 0 {
+			c.invalid("WithMaxOpenTimeout", "maximum open timeout must be positive, got %v", d)
+			return
+		}
+		c.maxOpenTimeout = d
+	})
+}
+
+// WithJitter spreads open durations: each is drawn uniformly from
+// [d, d·(1+f)] [0.2], so breakers that tripped together do not probe
+// together. Zero turns jitter off; f must be in [0, 1].
+func WithJitter(f float64) Option {
+	return optionFunc(func(c *config) {
+		if !(f >= 0 && f <= 1) {
+			c.invalid("WithJitter", "jitter must be in [0, 1], got %v", f)
+			return
+		}
+		c.jitter = f
+	})
+}
+
+// WithHalfOpenProbes sets how many probes may be in flight at once while a
+// breaker is half-open [1]; every other request is rejected at once. n must
+// be at least 1.
+func WithHalfOpenProbes(n int) Option {
+	return optionFunc(func(c *config) {
+		if n < 1 {
+			c.invalid("WithHalfOpenProbes", "probes must be at least 1, got %d", n)
+			return
+		}
+		c.halfOpenProbes = int64(n)
+	})
+}
+
+// WithProbesToClose sets how many consecutive successful probes close a
+// half-open breaker [3]. n must be at least 1.
+func WithProbesToClose(n int) Option {
+	return optionFunc(func(c *config) {
+		if n < 1 {
+			c.invalid("WithProbesToClose", "probes to close must be at least 1, got %d", n)
+			return
+		}
+		c.probesToClose = int64(n)
+	})
+}
+
+// WithThrottleSustain sets how long 429 responses must persist before they
+// count as failures [10s]: 429s count toward the failure rate only once
+// they alone have made up at least the failure rate of at least
+// MinRequests outcomes for d without interruption. Zero makes such 429s
+// count at once; a negative d panics.
+func WithThrottleSustain(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d < 0 {
+			c.invalid("WithThrottleSustain", "sustain must not be negative, got %v", d)
+			return
+		}
+		c.throttleSust = d
+	})
+}
+
+// WithMaxConcurrent sets a bulkhead: at most n calls in flight per key;
+// further calls are rejected at once with an error wrapping
+// ErrBulkheadFull (and ErrOpen) [0: unlimited]. Zero means unlimited; a
+// negative n panics.
+func WithMaxConcurrent(n int) Option {
+	return optionFunc(func(c *config) {
+		if n < 0 {
+			c.invalid("WithMaxConcurrent", "limit must not be negative, got %d", n)
+			return
+		}
+		c.maxConcurrent = int64(n)
+	})
+}
+
+// WithMaxBreakers caps the number of live breakers in a Transport [1000].
+// Past the cap, an idle closed breaker is evicted to make room; if none is
+// idle, a new key falls back to its host key, and if even that has no room
+// the request goes through unprotected. Open and half-open breakers are
+// never evicted. n must be at least 1.
+func WithMaxBreakers(n int) Option {
+	return optionFunc(func(c *config) {
+		if n < 1 {
+			c.invalid("WithMaxBreakers", "maximum must be at least 1, got %d", n)
+			return
+		}
+		c.maxBreakers = n
+	})
+}
+
+// WithFallback sets a function called instead of the synthetic 503 when a
+// breaker or bulkhead rejects a request. It receives the request (whose
+// body has already been closed; do not modify it) and the rejection error
+// (a *RejectedError wrapping ErrOpen). It is never called for the
+// dependency's own errors or responses. If it returns both a response and
+// an error, the response body is closed and the error returned; if it
+// returns neither, the default rejection is used. A nil f panics.
+func WithFallback(f func(*http.Request, error) (*http.Response, error)) Option {
+	return optionFunc(func(c *config) {
+		if f == nil {
+			c.invalid("WithFallback", "nil fallback")
+			return
+		}
+		c.fallback = f
+	})
+}
+
+// WithRejectAsError makes rejections return (nil, err), where err is a
+// *RejectedError and errors.Is(err, ErrOpen) holds, instead of the
+// synthetic 503. Through http.Client the error arrives wrapped in a
+// *url.Error; errors.Is still works.
+func WithRejectAsError() Option {
+	return optionFunc(func(c *config) { c.rejectAsError = true })
+}
+
+// WithOnStateChange sets a function called after each transition of any
+// breaker, on the goroutine that caused it, after every lock has been
+// released: it may call back into the Transport. It should return quickly,
+// as it runs on a request's path. A nil f removes the hook.
+func WithOnStateChange(f func(key string, from, to State)) Option {
+	return optionFunc(func(c *config) { c.onStateChange = f })
+}
+
+// WithLogger logs transitions through l: opening at Warn (with the failure
+// rate and sample size that tripped it), half-open and closing at Info
+// [none]. A nil l turns logging off.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) { c.logger = l })
+}
+
+// WithMetrics registers the Transport's Prometheus collector with reg when
+// New runs [none; the global registry is never used implicitly]. New panics
+// if registration fails, for example because another collector already
+// exports the same series; to put two Transports on one registry, give each
+// its own label with prometheus.WrapRegistererWith. A nil reg panics.
+func WithMetrics(reg prometheus.Registerer) Option {
+	return optionFunc(func(c *config) {
+		if reg == nil {
+			c.invalid("WithMetrics", "nil Registerer")
+			return
+		}
+		c.registerer = reg
+	})
+}
+
+// maxDuration is the largest time.Duration.
+const maxDuration = time.Duration(math.MaxInt64)

@@ -1,0 +1,87 @@
+package httpbreaker
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+)
+
+func TestInvalidOptionsPanicInNew(t *testing.T) {
+	for _, tc := range []struct {
+		opt  Option
+		name string
+	}{
+		{WithKeyFunc(nil), "WithKeyFunc"},
+		{WithClassifier(nil), "WithClassifier"},
+		{WithWindow(0), "WithWindow"},
+		{WithWindow(-time.Second), "WithWindow"},
+		{WithWindow(time.Millisecond), "WithWindow"},
+		{WithMinRequests(0), "WithMinRequests"},
+		{WithFailureRate(0), "WithFailureRate"},
+		{WithFailureRate(1.5), "WithFailureRate"},
+		{WithFailureRate(math.NaN()), "WithFailureRate"},
+		{WithSlowCallThreshold(-1), "WithSlowCallThreshold"},
+		{WithOpenTimeout(0), "WithOpenTimeout"},
+		{WithMaxOpenTimeout(-time.Second), "WithMaxOpenTimeout"},
+		{WithMaxOpenTimeout(time.Second), "WithMaxOpenTimeout"}, // shorter than the 5s open timeout
+		{WithJitter(-0.1), "WithJitter"},
+		{WithJitter(2), "WithJitter"},
+		{WithHalfOpenProbes(0), "WithHalfOpenProbes"},
+		{WithProbesToClose(0), "WithProbesToClose"},
+		{WithThrottleSustain(-time.Second), "WithThrottleSustain"},
+		{WithMaxConcurrent(-1), "WithMaxConcurrent"},
+		{WithMaxBreakers(0), "WithMaxBreakers"},
+		{WithFallback(nil), "WithFallback"},
+		{WithMetrics(nil), "WithMetrics"},
+		{nil, "nil Option"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer func() {
+				r := recover()
+				require.NotNil(t, r, "New must panic")
+				msg, ok := r.(string)
+				require.True(t, ok)
+				require.Contains(t, msg, "httpbreaker: ")
+				require.Contains(t, msg, tc.name)
+			}()
+			New(nil, tc.opt)
+		})
+	}
+}
+
+func TestValidEdgeOptions(t *testing.T) {
+	require.NotPanics(t, func() {
+		New(nil, WithWindow(10*time.Millisecond), WithFailureRate(1), WithJitter(0), WithJitter(1),
+			WithSlowCallThreshold(0), WithThrottleSustain(0), WithMaxConcurrent(0),
+			WithOpenTimeout(time.Second), WithMaxOpenTimeout(time.Second),
+			WithOnStateChange(nil), WithLogger(nil), WithMaxBreakers(1))
+	})
+}
+
+func TestDefaultConfig(t *testing.T) {
+	c := defaultConfig()
+	require.Equal(t, 10*time.Second, c.window)
+	require.EqualValues(t, 20, c.minRequests)
+	require.Equal(t, 0.5, c.failureRate)
+	require.Zero(t, c.slowCall)
+	require.Equal(t, 5*time.Second, c.openTimeout)
+	require.Equal(t, 60*time.Second, c.maxOpenTimeout)
+	require.Equal(t, 0.2, c.jitter)
+	require.EqualValues(t, 1, c.halfOpenProbes)
+	require.EqualValues(t, 3, c.probesToClose)
+	require.Equal(t, 10*time.Second, c.throttleSust)
+	require.Zero(t, c.maxConcurrent)
+	require.Equal(t, 1000, c.maxBreakers)
+	require.Nil(t, c.registerer)
+}
+
+func TestWithMetricsRegistrationConflictPanics(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	New(nil, WithMetrics(reg))
+	require.PanicsWithValue(t, "httpbreaker: WithMetrics: duplicate metrics collector registration attempted", func() {
+		New(nil, WithMetrics(reg))
+	})
+}

@@ -1,0 +1,149 @@
+package httpbreaker
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ErrOpen is wrapped by every rejection error: errors.Is(err, ErrOpen)
+// tells a request the breaker refused from one the dependency failed.
+var ErrOpen = errors.New("httpbreaker: circuit open")
+
+// ErrBulkheadFull is wrapped, beside ErrOpen, by the error of a request
+// refused because its key already had WithMaxConcurrent calls in flight.
+var ErrBulkheadFull = errors.New("httpbreaker: too many concurrent requests")
+
+// RejectedError is the error of a refused request: returned by RoundTrip
+// under WithRejectAsError and passed to the fallback of WithFallback. It
+// wraps ErrOpen, and ErrBulkheadFull for a bulkhead rejection. Its message
+// names the breaker's key: log it, but do not send it to public clients.
+type RejectedError struct {
+	// Key is the key of the breaker that refused the request.
+	Key string
+	// State is the breaker's state when it refused: StateOpen, or
+	// StateHalfOpen with every probe slot taken, or any state for a full
+	// bulkhead.
+	State State
+	// RetryAfter is how long until the breaker may admit a probe: the
+	// rest of the open period, or 1s when half-open or for a full
+	// bulkhead.
+	RetryAfter time.Duration
+
+	bulkhead bool
+}
+
+var (
+	openErrs     = []error{ErrOpen}
+	bulkheadErrs = []error{ErrOpen, ErrBulkheadFull}
+)
+
+// Error describes the rejection, naming the key.
+func (e *RejectedError) Error() string {
+	if e.bulkhead {
+		return "httpbreaker: too many concurrent requests for " + e.Key
+	}
+	return "httpbreaker: circuit " + e.State.String() + " for " + e.Key + " (retry after " + e.RetryAfter.String() + ")"
+}
+
+// Unwrap returns ErrOpen, and ErrBulkheadFull for a bulkhead rejection.
+func (e *RejectedError) Unwrap() []error {
+	if e.bulkhead {
+		return bulkheadErrs
+	}
+	return openErrs
+}
+
+// rejectBody is the body of every synthetic 503. It names nothing
+// internal: a service that passes it on to the public leaks nothing.
+const rejectBody = "Service Unavailable: please retry later.\n"
+
+// rejectedKey marks the context of a synthetic 503's Request.
+type rejectedKey struct{}
+
+// rejectedCtx is the context of the Request of a synthetic 503.
+type rejectedCtx struct{ context.Context }
+
+func (c rejectedCtx) Value(key any) any {
+	if key == (rejectedKey{}) {
+		return true
+	}
+	return c.Context.Value(key)
+}
+
+// IsRejected reports whether resp is this package's synthetic 503: a
+// request refused by a breaker or bulkhead, never sent to the dependency.
+// It is false for a real 503 from upstream, for nil, and for any other
+// response. It keeps working through http.Client, which may replace the
+// response body (with a Timeout set), because the mark is on the
+// response's Request, not its body.
+func IsRejected(resp *http.Response) bool {
+	if resp == nil || resp.StatusCode != http.StatusServiceUnavailable || resp.Request == nil {
+		return false
+	}
+	return resp.Request.Context().Value(rejectedKey{}) != nil
+}
+
+// reject answers a refused request: the fallback, the error or the
+// synthetic 503. now is the clock read at admission, or 0.
+func (t *Transport) reject(req *http.Request, b *breaker, reason rejectReason, now int64) (*http.Response, error) {
+	if req.Body != nil {
+		req.Body.Close()
+	}
+	b.rejections[reason].Add(1)
+	err := &RejectedError{Key: b.key, State: StateHalfOpen, RetryAfter: time.Second}
+	switch reason {
+	case rejectOpen:
+		err.State = StateOpen
+		if d := time.Duration(b.retryAt.Load() - now); d > 0 {
+			err.RetryAfter = d
+		}
+	case rejectBulkhead:
+		err.State = stateOf(b.word.Load())
+		err.bulkhead = true
+	}
+	if f := t.cfg.fallback; f != nil {
+		resp, ferr := f(req, err)
+		if resp != nil && ferr != nil {
+			if resp.Body != nil {
+				resp.Body.Close()
+			}
+			return nil, ferr
+		}
+		if resp != nil || ferr != nil {
+			return resp, ferr
+		}
+	}
+	if t.cfg.rejectAsError {
+		return nil, err
+	}
+	return rejection(req, err.RetryAfter), nil
+}
+
+// rejection builds the synthetic 503. Retry-After is in whole seconds,
+// rounded up, at least 1.
+func rejection(req *http.Request, retry time.Duration) *http.Response {
+	secs := int64((retry + time.Second - 1) / time.Second)
+	if secs < 1 {
+		secs = 1
+	}
+	return &http.Response{
+		Status:     "503 Service Unavailable",
+		StatusCode: http.StatusServiceUnavailable,
+		Proto:      "HTTP/1.1",
+		ProtoMajor: 1,
+		ProtoMinor: 1,
+		Header: http.Header{
+			"Content-Type":  {"text/plain; charset=utf-8"},
+			"Cache-Control": {"no-store"},
+			"Retry-After":   {strconv.FormatInt(secs, 10)},
+		},
+		Body:          io.NopCloser(strings.NewReader(rejectBody)),
+		ContentLength: int64(len(rejectBody)),
+		Request:       req.WithContext(rejectedCtx{req.Context()}),
+	}
+}

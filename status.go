@@ -1,0 +1,133 @@
+package httpbreaker
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Status is a point-in-time view of one breaker, as Snapshot returns it.
+type Status struct {
+	// Key is the breaker's key.
+	Key string
+	// State is the breaker's state. An open breaker whose open period has
+	// ended shows as StateHalfOpen.
+	State State
+	// Since is when the breaker entered State.
+	Since time.Time
+	// RetryAt is, when open, the time the next probe may go; zero
+	// otherwise.
+	RetryAt time.Time
+	// Requests counts the outcomes in the current window, every outcome
+	// but OutcomeIgnored; Failures and Throttled count those outcomes
+	// among them.
+	Requests, Failures, Throttled int64
+}
+
+// FailureRate is Failures/Requests, or 0 with no requests. 429s are not
+// in it; they count toward tripping only when sustained.
+func (s Status) FailureRate() float64 {
+	if s.Requests == 0 {
+		return 0
+	}
+	return float64(s.Failures) / float64(s.Requests)
+}
+
+// status returns b's Status at clock time now, applying any transition
+// time alone has caused.
+func (b *breaker) status(now int64, epoch time.Time) (Status, *transition) {
+	b.mu.Lock()
+	tr := b.advanceLocked(now)
+	w := b.word.Load()
+	since := b.since
+	retryAt := b.retryAt.Load()
+	b.mu.Unlock()
+	c := b.win.sums(now)
+	s := Status{
+		Key:       b.key,
+		State:     stateOf(w),
+		Since:     epoch.Add(time.Duration(since)),
+		Requests:  c.requests(),
+		Failures:  c[OutcomeFailure],
+		Throttled: c[OutcomeThrottled],
+	}
+	if s.State == StateOpen {
+		s.RetryAt = epoch.Add(time.Duration(retryAt))
+	}
+	return s, tr
+}
+
+// Snapshot returns the status of every live breaker, sorted by key.
+func (t *Transport) Snapshot() []Status {
+	now := t.now()
+	var out []Status
+	var trs []*transition
+	t.breakers.Range(func(_, v any) bool {
+		s, tr := v.(*breaker).status(now, t.epoch)
+		out = append(out, s)
+		if tr != nil {
+			trs = append(trs, tr)
+		}
+		return true
+	})
+	for _, tr := range trs {
+		t.notify(tr)
+	}
+	slices.SortFunc(out, func(a, b Status) int { return strings.Compare(a.Key, b.Key) })
+	return out
+}
+
+// statusJSON is one breaker in StatusHandler's output.
+type statusJSON struct {
+	Key         string     `json:"key"`
+	State       State      `json:"state"`
+	Since       time.Time  `json:"since"`
+	RetryAt     *time.Time `json:"retry_at,omitempty"`
+	Requests    int64      `json:"requests"`
+	Failures    int64      `json:"failures"`
+	Throttled   int64      `json:"throttled"`
+	FailureRate float64    `json:"failure_rate"`
+}
+
+// StatusHandler returns a handler that serves Snapshot as JSON:
+//
+//	{"breakers":[{"key":"api.example.com","state":"open","since":"…","retry_at":"…",
+//	  "requests":40,"failures":31,"throttled":0,"failure_rate":0.775}]}
+//
+// It names hosts, routes and states: mount it on an internal admin port
+// only, never on a mux that serves the public. It answers GET and HEAD;
+// other methods get 405.
+func (t *Transport) StatusHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		snap := t.Snapshot()
+		out := struct {
+			Breakers []statusJSON `json:"breakers"`
+		}{Breakers: make([]statusJSON, 0, len(snap))}
+		for _, s := range snap {
+			j := statusJSON{
+				Key: s.Key, State: s.State, Since: s.Since,
+				Requests: s.Requests, Failures: s.Failures, Throttled: s.Throttled,
+				FailureRate: s.FailureRate(),
+			}
+			if !s.RetryAt.IsZero() {
+				j.RetryAt = &s.RetryAt
+			}
+			out.Breakers = append(out.Breakers, j)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		if r.Method == http.MethodHead {
+			return
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(out)
+	})
+}

@@ -1,0 +1,86 @@
+package httpbreaker
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestSnapshot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(200)
+		tr := New(d, WithMinRequests(4), WithJitter(0))
+		require.Empty(t, tr.Snapshot())
+		start := time.Now()
+		_, _ = get(t, tr, "http://b.test/")
+		d.set(500, nil)
+		time.Sleep(time.Second)
+		for range 4 {
+			_, _ = get(t, tr, "http://a.test/")
+		}
+		d.set(429, nil)
+		_, _ = get(t, tr, "http://b.test/")
+		snap := tr.Snapshot()
+		require.Len(t, snap, 2)
+		a, b := snap[0], snap[1]
+		require.Equal(t, "a.test", a.Key)
+		require.Equal(t, StateOpen, a.State)
+		require.Equal(t, start.Add(time.Second), a.Since)
+		require.Equal(t, start.Add(6*time.Second), a.RetryAt)
+		require.EqualValues(t, 4, a.Requests)
+		require.EqualValues(t, 4, a.Failures)
+		require.Equal(t, 1.0, a.FailureRate())
+		require.Equal(t, "b.test", b.Key)
+		require.Equal(t, StateClosed, b.State)
+		require.True(t, b.RetryAt.IsZero())
+		require.EqualValues(t, 2, b.Requests)
+		require.EqualValues(t, 1, b.Throttled)
+		require.Zero(t, b.FailureRate())
+		// Once the open period is over it shows as half-open.
+		time.Sleep(5 * time.Second)
+		require.Equal(t, StateHalfOpen, tr.Snapshot()[0].State)
+		require.Zero(t, Status{}.FailureRate())
+	})
+}
+
+func TestStatusHandler(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(500)
+		tr := New(d, WithMinRequests(2), WithJitter(0))
+		for range 2 {
+			_, _ = get(t, tr, testURL)
+		}
+		h := tr.StatusHandler()
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/breakers", nil))
+		require.Equal(t, 200, rec.Code)
+		require.Equal(t, "application/json", rec.Header().Get("Content-Type"))
+		require.Equal(t, "no-store", rec.Header().Get("Cache-Control"))
+		var out struct {
+			Breakers []map[string]any `json:"breakers"`
+		}
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &out))
+		require.Len(t, out.Breakers, 1)
+		b := out.Breakers[0]
+		require.Equal(t, testKey, b["key"])
+		require.Equal(t, "open", b["state"])
+		require.EqualValues(t, 2, b["requests"])
+		require.EqualValues(t, 2, b["failures"])
+		require.EqualValues(t, 1, b["failure_rate"])
+		require.Contains(t, b, "retry_at")
+		require.Contains(t, b, "since")
+
+		rec = httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/debug/breakers", nil))
+		require.Equal(t, http.StatusMethodNotAllowed, rec.Code)
+
+		rec = httptest.NewRecorder()
+		New(nil).StatusHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+		require.JSONEq(t, `{"breakers":[]}`, rec.Body.String())
+	})
+}

@@ -1,0 +1,289 @@
+package httpbreaker
+
+import (
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-cleanhttp"
+)
+
+// DefaultClientTimeout is the Timeout of the *http.Client that NewClient
+// returns: an upper bound on a whole request, so that a hung dependency
+// costs a caller at most this long even before its breaker opens.
+const DefaultClientTimeout = 30 * time.Second
+
+// minBudget is the deadline budget below which a timed-out call is the
+// caller's fault: see RoundTrip.
+const minBudget = 50 * time.Millisecond
+
+// Transport is an http.RoundTripper that sends each request through the
+// circuit breaker of its key (see WithKeyFunc) and on to the next
+// RoundTripper. Breakers are made on first use, one per key, up to
+// WithMaxBreakers. A Transport starts no goroutine and needs no Close:
+// state is computed from the clock when it is needed.
+//
+// Transport is safe for concurrent use by multiple goroutines. Its
+// configuration cannot change after New.
+type Transport struct {
+	next  http.RoundTripper
+	cfg   config
+	epoch time.Time // clock zero: breakers keep time as nanoseconds since epoch
+
+	breakers sync.Map // key string → *breaker
+
+	mu        sync.Mutex // guards creation and eviction of breakers
+	count     int        // live breakers; guarded by mu
+	nextEvict int64      // clock time before which no breaker can be idle; guarded by mu
+}
+
+var _ http.RoundTripper = (*Transport)(nil)
+
+// New returns a Transport that sends requests through circuit breakers to
+// next. A nil next means cleanhttp.DefaultPooledTransport(): a pooled
+// transport with sane timeouts of its own, not shared with
+// http.DefaultTransport. New panics if an option is invalid, naming the
+// option.
+func New(next http.RoundTripper, opts ...Option) *Transport {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o == nil {
+			cfg.invalid("New", "nil Option")
+			continue
+		}
+		o.apply(&cfg)
+	}
+	cfg.validate()
+	if next == nil {
+		next = cleanhttp.DefaultPooledTransport()
+	}
+	t := &Transport{next: next, cfg: cfg, epoch: time.Now()}
+	if cfg.registerer != nil {
+		t.registerMetrics(cfg.registerer)
+	}
+	return t
+}
+
+// NewClient returns an *http.Client whose Transport is New(nil, opts...)
+// and whose Timeout is DefaultClientTimeout. Change the Timeout on the
+// returned client if the default does not fit.
+func NewClient(opts ...Option) *http.Client {
+	return &http.Client{Transport: New(nil, opts...), Timeout: DefaultClientTimeout}
+}
+
+// now is the Transport's monotonic clock: nanoseconds since New.
+func (t *Transport) now() int64 { return int64(time.Since(t.epoch)) }
+
+// RoundTrip implements http.RoundTripper. It keeps the RoundTripper
+// contract: it never modifies the request, always closes the request body
+// (next closes it when the request goes on; RoundTrip closes it when the
+// request is rejected), and returns either a response or an error, never
+// both.
+//
+// When the request's breaker admits it, the request goes to next
+// unchanged and the outcome is classified (see WithClassifier) and
+// counted. When the breaker is open, or half-open with every probe slot
+// taken, or the bulkhead is full, the request never reaches next: the
+// caller gets the synthetic 503 (see IsRejected), or the fallback's answer
+// (WithFallback), or a *RejectedError (WithRejectAsError).
+//
+// Requests no dependency could answer — no URL, no host, a scheme other
+// than http or https — go straight to next, which fails them with its own
+// error; they touch no breaker.
+//
+// Deadlines: a call that ends because the request context's deadline
+// passed counts as a failure, unless that deadline left less than 50ms
+// when the call was admitted: a caller that gives a dependency less than
+// that has spent its own budget, and the call is ignored.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req == nil {
+		return nil, errors.New("httpbreaker: nil Request")
+	}
+	if !routable(req) {
+		return t.next.RoundTrip(req)
+	}
+	b := t.breakerFor(req)
+	if b == nil {
+		return t.next.RoundTrip(req)
+	}
+	tk, reason, tr := b.admit(t.now)
+	t.notify(tr)
+	if reason != admitted {
+		return t.reject(req, b, reason, tk.start)
+	}
+	if t.cfg.slowCall > 0 {
+		tk.start = t.now()
+	}
+	if d, ok := req.Context().Deadline(); ok && time.Until(d) < minBudget {
+		tk.short = true
+	}
+	return t.call(req, b, tk)
+}
+
+// call sends an admitted request to next and records its outcome. If next
+// or the classifier panics, the call counts for nothing, its probe slot
+// and bulkhead place are freed, and the panic goes on to the caller.
+func (t *Transport) call(req *http.Request, b *breaker, tk ticket) (resp *http.Response, err error) {
+	recorded := false
+	defer func() {
+		if !recorded {
+			b.record(tk, OutcomeIgnored, t.now(), nil)
+		}
+	}()
+	resp, err = t.next.RoundTrip(req)
+	if resp != nil && err != nil {
+		// next broke the contract; keep ours.
+		if resp.Body != nil {
+			resp.Body.Close()
+		}
+		resp = nil
+	}
+	if resp == nil && err == nil {
+		err = errors.New("httpbreaker: next RoundTripper returned a nil response and a nil error")
+	}
+	o := t.cfg.classifier(req, resp, err)
+	now := t.now()
+	if o == OutcomeFailure && tk.short && err != nil && callerEnded(req, t.epoch.Add(time.Duration(now))) == endedByDeadline {
+		o = OutcomeIgnored
+	}
+	if o == OutcomeSuccess && t.cfg.slowCall > 0 && time.Duration(now-tk.start) > t.cfg.slowCall {
+		o = OutcomeFailure
+	}
+	tr := b.record(tk, o, now, resp)
+	recorded = true
+	t.notify(tr)
+	return resp, err
+}
+
+// breakerFor returns the breaker for the request's key, making it if
+// needed, or nil when the cap leaves no room even for the host key.
+func (t *Transport) breakerFor(req *http.Request) *breaker {
+	key := t.cfg.keyFunc(req)
+	if v, ok := t.breakers.Load(key); ok {
+		return v.(*breaker)
+	}
+	return t.create(req, key)
+}
+
+// create makes the breaker for key, evicting an idle closed breaker if
+// the cap is reached. Past the cap with nothing to evict, it falls back to
+// the request's host key, and returns nil when even that has no room.
+func (t *Transport) create(req *http.Request, key string) *breaker {
+	if len(key) > maxKeyLen {
+		key = HostKey(req)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for {
+		if v, ok := t.breakers.Load(key); ok {
+			return v.(*breaker)
+		}
+		now := t.now()
+		if t.count < t.cfg.maxBreakers || t.evictLocked(now) {
+			b := newBreaker(key, &t.cfg, now)
+			t.breakers.Store(key, b)
+			t.count++
+			return b
+		}
+		host := HostKey(req)
+		if host == key || req == nil {
+			return nil
+		}
+		key = host
+	}
+}
+
+// evictLocked removes one idle closed breaker, if there is one. When
+// none is idle, it waits a bucket width before scanning again, so a flood
+// of new keys does not rescan a full map of busy breakers for each one.
+// Requires t.mu held.
+func (t *Transport) evictLocked(now int64) bool {
+	if now < t.nextEvict {
+		return false
+	}
+	var victim *breaker
+	t.breakers.Range(func(_, v any) bool {
+		b := v.(*breaker)
+		if b.idle(now) {
+			victim = b
+			return false
+		}
+		return true
+	})
+	if victim == nil {
+		t.nextEvict = now + int64(t.cfg.window)/bucketCount
+		return false
+	}
+	t.breakers.Delete(victim.key)
+	t.count--
+	return true
+}
+
+// lookup returns the live breaker for key, or nil.
+func (t *Transport) lookup(key string) *breaker {
+	if v, ok := t.breakers.Load(key); ok {
+		return v.(*breaker)
+	}
+	return nil
+}
+
+// CloseIdleConnections closes idle connections of the next RoundTripper,
+// if it has such a method (as *http.Transport does).
+func (t *Transport) CloseIdleConnections() {
+	type closeIdler interface{ CloseIdleConnections() }
+	if c, ok := t.next.(closeIdler); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+// State returns the state of key's breaker now, StateClosed for a key
+// without a live breaker. An open breaker whose open period has ended
+// reports StateHalfOpen: the next request will be a probe.
+func (t *Transport) State(key string) State {
+	b := t.lookup(key)
+	if b == nil {
+		return StateClosed
+	}
+	s, tr := b.current(t.now())
+	t.notify(tr)
+	return s
+}
+
+// Trip opens key's breaker for exactly d — no jitter, no cap — making the
+// breaker if needed, for operators who know a dependency is down. After d
+// it probes as usual. A d of zero or less does nothing; so does a key for
+// which the cap (WithMaxBreakers) leaves no room.
+func (t *Transport) Trip(key string, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	b := t.lookup(key)
+	if b == nil {
+		b = t.createKey(key)
+		if b == nil {
+			if l := t.cfg.logger; l != nil {
+				l.Warn("httpbreaker: Trip: no room for breaker", "breaker", key)
+			}
+			return
+		}
+	}
+	t.notify(b.trip(t.now(), d))
+}
+
+// createKey makes a breaker for a key that has no request: no host
+// fallback.
+func (t *Transport) createKey(key string) *breaker {
+	if len(key) > maxKeyLen {
+		return nil
+	}
+	return t.create(nil, key)
+}
+
+// Reset closes key's breaker and clears its counts and backoff. It does
+// nothing for a key without a live breaker.
+func (t *Transport) Reset(key string) {
+	if b := t.lookup(key); b != nil {
+		t.notify(b.reset(t.now()))
+	}
+}

@@ -1,0 +1,486 @@
+package httpbreaker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/hashicorp/go-cleanhttp"
+	"github.com/jarcoal/httpmock"
+	"github.com/stretchr/testify/require"
+)
+
+func TestNewDefaults(t *testing.T) {
+	tr := New(nil)
+	next, ok := tr.next.(*http.Transport)
+	require.True(t, ok, "nil next is a pooled *http.Transport")
+	require.NotSame(t, http.DefaultTransport, next)
+	require.Equal(t, cleanhttp.DefaultPooledTransport().MaxIdleConnsPerHost, next.MaxIdleConnsPerHost)
+
+	c := NewClient(WithMinRequests(3))
+	require.Equal(t, DefaultClientTimeout, c.Timeout)
+	require.IsType(t, &Transport{}, c.Transport)
+	require.EqualValues(t, 3, c.Transport.(*Transport).cfg.minRequests)
+}
+
+type idleCounter struct {
+	http.RoundTripper
+	n int
+}
+
+func (c *idleCounter) CloseIdleConnections() { c.n++ }
+
+func TestCloseIdleConnectionsIsForwarded(t *testing.T) {
+	next := &idleCounter{RoundTripper: newDep(200)}
+	New(next).CloseIdleConnections()
+	require.Equal(t, 1, next.n)
+	New(newDep(200)).CloseIdleConnections() // next without the method: no panic
+}
+
+func TestWorksWithHTTPMock(t *testing.T) {
+	mock := httpmock.NewMockTransport()
+	mock.RegisterResponder(http.MethodGet, "http://api.test/x", httpmock.NewStringResponder(502, "bad gateway"))
+	tr := New(mock, WithMinRequests(3))
+	c := &http.Client{Transport: tr}
+	for range 3 {
+		resp, err := c.Get("http://api.test/x")
+		require.NoError(t, err)
+		require.Equal(t, 502, resp.StatusCode)
+		resp.Body.Close()
+	}
+	resp, err := c.Get("http://api.test/x")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.True(t, IsRejected(resp))
+	require.Equal(t, 3, mock.GetTotalCallCount())
+}
+
+func TestRequestIsNeverModifiedAndBodyClosed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(500)
+		tr := New(d, WithMinRequests(1))
+		mk := func() (*http.Request, *trackedBody) {
+			body := newBody("payload")
+			r, err := http.NewRequest(http.MethodPost, testURL, body)
+			require.NoError(t, err)
+			r.Header.Set("X-Trace", "1")
+			return r, body
+		}
+		// Admitted: next sees the very same request and closes its body.
+		r, body := mk()
+		seen := make(chan *http.Request, 1)
+		tr.next = rtFunc(func(in *http.Request) (*http.Response, error) {
+			seen <- in
+			return d.RoundTrip(in)
+		})
+		resp, err := tr.RoundTrip(r)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Same(t, r, <-seen)
+		require.True(t, body.closed.Load())
+
+		// Rejected: the body is closed by us and the request is unchanged.
+		r, body = mk()
+		ctx := r.Context()
+		hdr := r.Header.Clone()
+		resp, err = tr.RoundTrip(r)
+		require.NoError(t, err)
+		require.True(t, IsRejected(resp))
+		require.True(t, body.closed.Load())
+		require.Equal(t, hdr, r.Header)
+		require.Equal(t, ctx, r.Context())
+		require.Equal(t, testURL, r.URL.String())
+		require.Same(t, r.URL, resp.Request.URL, "the response's Request is a copy with a marked context")
+	})
+}
+
+func TestSyntheticRejection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(500)
+		tr := tripped(t, d, WithOpenTimeout(2500*time.Millisecond))
+		req, _ := http.NewRequest(http.MethodGet, testURL, nil)
+		resp, err := tr.RoundTrip(req)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+		require.Equal(t, "503 Service Unavailable", resp.Status)
+		require.Equal(t, "3", resp.Header.Get("Retry-After"), "whole seconds, rounded up")
+		require.Equal(t, "text/plain; charset=utf-8", resp.Header.Get("Content-Type"))
+		require.Equal(t, "no-store", resp.Header.Get("Cache-Control"))
+		body, _ := io.ReadAll(resp.Body)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, rejectBody, string(body))
+		require.EqualValues(t, len(body), resp.ContentLength)
+		require.NotNil(t, resp.Request)
+		for _, leak := range []string{testKey, "api", "open", "circuit", "breaker", "500"} {
+			require.NotContains(t, strings.ToLower(string(body)), leak)
+		}
+		// Retry-After is at least 1 even in the last instant.
+		time.Sleep(2499 * time.Millisecond)
+		resp, _ = get(t, tr, testURL)
+		require.Equal(t, "1", resp.Header.Get("Retry-After"))
+	})
+}
+
+func TestRejectionIsIdenticalForEveryBreaker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := New(newDep(500), WithMinRequests(1), WithJitter(0))
+		var bodies []string
+		for _, u := range []string{"http://a.test/", "http://secret-db.internal:5432/x", "https://b.test/y"} {
+			_, _ = get(t, tr, u)
+			req, _ := http.NewRequest(http.MethodGet, u, nil)
+			resp, err := tr.RoundTrip(req)
+			require.NoError(t, err)
+			var buf bytes.Buffer
+			require.NoError(t, resp.Header.Write(&buf))
+			b, _ := io.ReadAll(resp.Body)
+			bodies = append(bodies, resp.Status+buf.String()+string(b))
+		}
+		require.Equal(t, bodies[0], bodies[1])
+		require.Equal(t, bodies[0], bodies[2])
+	})
+}
+
+func TestIsRejected(t *testing.T) {
+	require.False(t, IsRejected(nil))
+	req, _ := http.NewRequest(http.MethodGet, testURL, nil)
+	require.False(t, IsRejected(&http.Response{StatusCode: 503, Request: req}), "a real 503")
+	require.False(t, IsRejected(&http.Response{StatusCode: 503}))
+	synthetic := rejection(req, time.Second)
+	require.True(t, IsRejected(synthetic))
+	synthetic.StatusCode = 200
+	require.False(t, IsRejected(synthetic))
+}
+
+func TestIsRejectedThroughClientWithTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(500)
+		tr := tripped(t, d)
+		c := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+		resp, err := c.Get(testURL)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.True(t, IsRejected(resp))
+		_, isNop := resp.Body.(interface {
+			WriteTo(io.Writer) (int64, error)
+		})
+		_ = isNop // the client may have swapped the body; the mark survives
+		// A real upstream 503 through the same client is not a rejection.
+		tr2 := New(newDep(503), WithMinRequests(100))
+		c2 := &http.Client{Transport: tr2, Timeout: 5 * time.Second}
+		resp2, err := c2.Get(testURL)
+		require.NoError(t, err)
+		resp2.Body.Close()
+		require.Equal(t, 503, resp2.StatusCode)
+		require.False(t, IsRejected(resp2))
+	})
+}
+
+func TestRejectAsError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(500)
+		tr := tripped(t, d, WithRejectAsError())
+		resp, err := tr.RoundTrip(mustReq(t, testURL))
+		require.Nil(t, resp)
+		require.ErrorIs(t, err, ErrOpen)
+		require.NotErrorIs(t, err, ErrBulkheadFull)
+		var re *RejectedError
+		require.ErrorAs(t, err, &re)
+		require.Equal(t, testKey, re.Key)
+		require.Equal(t, StateOpen, re.State)
+		require.Equal(t, time.Second, re.RetryAfter)
+		require.Contains(t, err.Error(), "circuit open")
+
+		// Through http.Client the error is wrapped in *url.Error.
+		_, err = (&http.Client{Transport: tr}).Get(testURL)
+		require.ErrorIs(t, err, ErrOpen)
+	})
+}
+
+func mustReq(t testing.TB, u string) *http.Request {
+	r, err := http.NewRequest(http.MethodGet, u, nil)
+	require.NoError(t, err)
+	return r
+}
+
+func TestFallback(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(500)
+		var got error
+		tr := tripped(t, d, WithFallback(func(r *http.Request, err error) (*http.Response, error) {
+			got = err
+			return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader("cached")), Request: r}, nil
+		}))
+		before := d.calls.Load()
+		resp, err := tr.RoundTrip(mustReq(t, testURL))
+		require.NoError(t, err)
+		require.Equal(t, 200, resp.StatusCode)
+		require.ErrorIs(t, got, ErrOpen)
+		require.Equal(t, before, d.calls.Load())
+		// The fallback is never called for the dependency's own answers.
+		time.Sleep(time.Second)
+		got = nil
+		resp, err = tr.RoundTrip(mustReq(t, testURL)) // the probe fails: a real 500
+		require.NoError(t, err)
+		require.Equal(t, 500, resp.StatusCode)
+		require.Nil(t, got)
+	})
+	synctest.Test(t, func(t *testing.T) {
+		// A fallback that returns both: the response is closed, the error wins.
+		body := newBody("x")
+		tr := tripped(t, newDep(500), WithFallback(func(r *http.Request, err error) (*http.Response, error) {
+			return &http.Response{StatusCode: 200, Body: body}, errors.New("fallback failed")
+		}))
+		resp, err := tr.RoundTrip(mustReq(t, testURL))
+		require.Nil(t, resp)
+		require.EqualError(t, err, "fallback failed")
+		require.True(t, body.closed.Load())
+	})
+	synctest.Test(t, func(t *testing.T) {
+		// A fallback that returns neither: the default rejection.
+		tr := tripped(t, newDep(500), WithFallback(func(*http.Request, error) (*http.Response, error) { return nil, nil }))
+		resp, err := tr.RoundTrip(mustReq(t, testURL))
+		require.NoError(t, err)
+		require.True(t, IsRejected(resp))
+	})
+}
+
+func TestBulkhead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(200)
+		d.block()
+		tr := New(d, WithMaxConcurrent(3), WithRejectAsError())
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Go(func() {
+				_, err := get(t, tr, testURL)
+				require.NoError(t, err)
+			})
+		}
+		synctest.Wait()
+		_, err := get(t, tr, testURL)
+		require.ErrorIs(t, err, ErrBulkheadFull)
+		require.ErrorIs(t, err, ErrOpen)
+		var re *RejectedError
+		require.ErrorAs(t, err, &re)
+		require.Equal(t, StateClosed, re.State)
+		// Another key has its own bulkhead.
+		d2 := newDep(200)
+		_, err = get(t, New(d2, WithMaxConcurrent(3)), "http://other.test/")
+		require.NoError(t, err)
+		d.release()
+		wg.Wait()
+		_, err = get(t, tr, testURL)
+		require.NoError(t, err, "places are freed when calls finish")
+		require.EqualValues(t, 4, d.calls.Load())
+		require.Equal(t, StateClosed, tr.State(testKey), "bulkhead rejections do not count as failures")
+	})
+}
+
+func TestBulkheadRejectionLooksLikeAnyRejection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(200)
+		d.block()
+		tr := New(d, WithMaxConcurrent(1))
+		go func() { _, _ = get(t, tr, testURL) }()
+		synctest.Wait()
+		resp, err := tr.RoundTrip(mustReq(t, testURL))
+		require.NoError(t, err)
+		require.True(t, IsRejected(resp))
+		b, _ := io.ReadAll(resp.Body)
+		require.Equal(t, rejectBody, string(b))
+		d.release()
+	})
+}
+
+func TestDeadlineBudgetRule(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(200)
+		d.hangUntilDone()
+		tr := New(d, WithMinRequests(1))
+		// 10ms left at admission: the caller's own budget ran out.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		_, err := getCtx(t, ctx, tr, testURL)
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.Equal(t, StateClosed, tr.State(testKey))
+		require.Zero(t, tr.Snapshot()[0].Requests)
+		// A full second: the dependency's fault.
+		ctx, cancel = context.WithTimeout(context.Background(), time.Second)
+		_, err = getCtx(t, ctx, tr, testURL)
+		cancel()
+		require.Error(t, err)
+		require.Equal(t, StateOpen, tr.State(testKey))
+	})
+}
+
+func TestClientTimeoutIsAFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(200)
+		d.hangUntilDone()
+		tr := New(d, WithMinRequests(2))
+		c := &http.Client{Transport: tr, Timeout: 500 * time.Millisecond}
+		for range 2 {
+			_, err := c.Get(testURL)
+			require.Error(t, err)
+		}
+		require.Equal(t, StateOpen, tr.State(testKey))
+	})
+}
+
+func TestCallerCancellationIsIgnored(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(200)
+		d.hangUntilDone()
+		tr := New(d, WithMinRequests(1))
+		for range 5 {
+			ctx, cancel := context.WithCancelCause(context.Background())
+			go func() {
+				time.Sleep(100 * time.Millisecond)
+				cancel(errors.New("client hung up"))
+			}()
+			_, err := getCtx(t, ctx, tr, testURL)
+			require.Error(t, err)
+		}
+		require.Equal(t, StateClosed, tr.State(testKey))
+		require.Zero(t, tr.Snapshot()[0].Requests)
+	})
+}
+
+func TestMalformedRequestsTouchNoBreaker(t *testing.T) {
+	tr := New(nil, WithMinRequests(1))
+	for _, u := range []string{"ftp://api.test/x", "file:///etc/passwd", "/relative"} {
+		req, err := http.NewRequest(http.MethodGet, u, nil)
+		require.NoError(t, err)
+		resp, err := tr.RoundTrip(req)
+		require.Nil(t, resp)
+		require.Error(t, err)
+	}
+	req, _ := http.NewRequest(http.MethodGet, "http://api.test/", nil)
+	req.Header["Bad Header"] = []string{"x"}
+	tr.next = rtFunc(func(*http.Request) (*http.Response, error) { return nil, errors.New("invalid header") })
+	for range 5 {
+		_, err := tr.RoundTrip(req)
+		require.Error(t, err)
+	}
+	require.Equal(t, StateClosed, tr.State("api.test"))
+	_, err := tr.RoundTrip(nil)
+	require.Error(t, err)
+}
+
+func TestNextBreakingTheContract(t *testing.T) {
+	body := newBody("x")
+	tr := New(rtFunc(func(r *http.Request) (*http.Response, error) {
+		return &http.Response{StatusCode: 200, Body: body}, errors.New("both")
+	}))
+	resp, err := tr.RoundTrip(mustReq(t, testURL))
+	require.Nil(t, resp)
+	require.Error(t, err)
+	require.True(t, body.closed.Load())
+
+	tr = New(rtFunc(func(*http.Request) (*http.Response, error) { return nil, nil }))
+	resp, err = tr.RoundTrip(mustReq(t, testURL))
+	require.Nil(t, resp)
+	require.ErrorContains(t, err, "nil response and a nil error")
+}
+
+func TestPanicInNextFreesTheProbeSlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(500)
+		tr := tripped(t, d)
+		time.Sleep(time.Second)
+		panicky := true
+		tr.next = rtFunc(func(r *http.Request) (*http.Response, error) {
+			if panicky {
+				panic("next blew up")
+			}
+			return d.RoundTrip(r)
+		})
+		require.PanicsWithValue(t, "next blew up", func() { _, _ = tr.RoundTrip(mustReq(t, testURL)) })
+		panicky = false
+		d.set(200, nil)
+		before := d.calls.Load()
+		_, err := get(t, tr, testURL)
+		require.NoError(t, err)
+		require.Equal(t, before+1, d.calls.Load(), "the slot was freed: the next call is a probe")
+		require.Equal(t, StateHalfOpen, tr.State(testKey))
+	})
+}
+
+func TestTripAndReset(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(200)
+		log := &transitionLog{}
+		tr := New(d, WithOnStateChange(log.hook), WithJitter(0.5), WithMaxOpenTimeout(10*time.Second))
+		require.Equal(t, StateClosed, tr.State("never.test"), "unknown key")
+		tr.Trip(testKey, time.Hour) // exactly d: no jitter, no cap
+		require.Equal(t, StateOpen, tr.State(testKey))
+		require.Equal(t, time.Hour, tr.Snapshot()[0].RetryAt.Sub(time.Now()))
+		resp, _ := get(t, tr, testURL)
+		require.True(t, IsRejected(resp))
+		require.Zero(t, d.calls.Load())
+		tr.Reset(testKey)
+		require.Equal(t, StateClosed, tr.State(testKey))
+		_, _ = get(t, tr, testURL)
+		require.EqualValues(t, 1, d.calls.Load())
+		tr.Trip(testKey, 0)      // no-op
+		tr.Reset("unknown.test") // no-op
+		require.Equal(t, StateClosed, tr.State(testKey))
+		require.Equal(t, []string{testKey + ": closed→open", testKey + ": open→closed"}, log.list())
+	})
+}
+
+func TestOnStateChangeMayCallBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var tr *Transport
+		var states []State
+		var snaps int
+		tr = New(newDep(500), WithMinRequests(1), WithOnStateChange(func(key string, from, to State) {
+			states = append(states, tr.State(key)) // would deadlock under a lock
+			snaps += len(tr.Snapshot())
+			if to == StateOpen {
+				tr.Reset(key)
+			}
+		}))
+		_, _ = get(t, tr, testURL)
+		require.Equal(t, []State{StateOpen, StateClosed}, states)
+		require.Equal(t, 2, snaps)
+		require.Equal(t, StateClosed, tr.State(testKey))
+	})
+}
+
+func TestLogger(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf bytes.Buffer
+		l := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{
+			ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+				if a.Key == slog.TimeKey {
+					return slog.Attr{}
+				}
+				return a
+			},
+		}))
+		d := newDep(500)
+		tr := tripped(t, d, WithLogger(l), WithProbesToClose(1))
+		time.Sleep(time.Second)
+		d.set(200, nil)
+		_, _ = get(t, tr, testURL)
+		lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+		require.Len(t, lines, 3)
+		require.Contains(t, lines[0], "level=WARN")
+		require.Contains(t, lines[0], "breaker=api.test")
+		require.Contains(t, lines[0], "failure_rate=1")
+		require.Contains(t, lines[0], "samples=1")
+		require.Contains(t, lines[1], "level=INFO")
+		require.Contains(t, lines[1], "to=half-open")
+		require.Contains(t, lines[2], "level=INFO")
+		require.Contains(t, lines[2], "to=closed")
+	})
+}

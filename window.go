@@ -1,0 +1,110 @@
+package httpbreaker
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// window counts outcomes over a rolling time window of bucketCount
+// buckets. Recording an outcome is two atomic operations, plus a short
+// lock once per bucket width when a bucket rolls over. Counts of buckets
+// that roll out of the window are kept in retired, so that totals (for
+// metrics) never go backwards.
+type window struct {
+	width   int64 // nanoseconds per bucket
+	buckets [bucketCount]bucket
+
+	mu      sync.Mutex         // guards retired and bucket roll-over
+	retired [numOutcomes]int64 // counts moved out of rolled buckets; guarded by mu
+	_       [0]func()          // not comparable
+}
+
+// numOutcomes is the number of Outcome values.
+const numOutcomes = 4
+
+type bucket struct {
+	// epoch is the bucket number (clock / width) the counts belong to.
+	// Written only with window.mu held.
+	epoch  atomic.Int64
+	counts [numOutcomes]atomic.Int64 // indexed by Outcome
+}
+
+// counts are the outcome counts of a window.
+type counts [numOutcomes]int64
+
+// requests is every outcome but Ignored.
+func (c counts) requests() int64 {
+	return c[OutcomeSuccess] + c[OutcomeFailure] + c[OutcomeThrottled]
+}
+
+func newWindow(length int64) *window {
+	w := &window{width: length / bucketCount}
+	return w
+}
+
+// add records one outcome at clock time now.
+func (w *window) add(now int64, o Outcome) {
+	idx := now / w.width
+	b := &w.buckets[idx%bucketCount]
+	if b.epoch.Load() != idx {
+		w.roll(b, idx)
+	}
+	b.counts[o].Add(1)
+}
+
+// roll moves b's counts to retired and gives it to bucket number idx,
+// unless a newer bucket number already owns it.
+func (w *window) roll(b *bucket, idx int64) {
+	w.mu.Lock()
+	if b.epoch.Load() < idx {
+		w.retireLocked(b)
+		b.epoch.Store(idx)
+	}
+	w.mu.Unlock()
+}
+
+// retireLocked moves b's counts to retired. Requires w.mu held.
+func (w *window) retireLocked(b *bucket) {
+	for o := range b.counts {
+		w.retired[o] += b.counts[o].Swap(0)
+	}
+}
+
+// sums returns the counts of the buckets inside the window at clock time
+// now.
+func (w *window) sums(now int64) counts {
+	var c counts
+	idx := now / w.width
+	for i := range w.buckets {
+		b := &w.buckets[i]
+		if e := b.epoch.Load(); e > idx-bucketCount && e <= idx {
+			for o := range c {
+				c[o] += b.counts[o].Load()
+			}
+		}
+	}
+	return c
+}
+
+// totals returns every outcome ever recorded, including those that have
+// left the window. The result never decreases between calls.
+func (w *window) totals() counts {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	c := counts(w.retired)
+	for i := range w.buckets {
+		for o := range c {
+			c[o] += w.buckets[i].counts[o].Load()
+		}
+	}
+	return c
+}
+
+// clear empties the window; totals keep what it held.
+func (w *window) clear() {
+	w.mu.Lock()
+	for i := range w.buckets {
+		w.retireLocked(&w.buckets[i])
+	}
+	w.mu.Unlock()
+}
