@@ -122,7 +122,7 @@ type breaker struct {
 	// rejections counts refused calls by reason.
 	rejections [numReasons]atomic.Int64
 
-	win *window
+	win window
 
 	created int64 // clock time the breaker was made
 
@@ -140,11 +140,11 @@ func newBreaker(key string, cfg *config, now int64) *breaker {
 	b := &breaker{
 		key:         key,
 		cfg:         cfg,
-		win:         newWindow(int64(cfg.window)),
 		since:       now,
 		created:     now,
 		probeStarts: make([]int64, 0, cfg.halfOpenProbes),
 	}
+	b.win.init(int64(cfg.window))
 	return b
 }
 

@@ -150,8 +150,12 @@ func routable(req *http.Request) bool {
 	if req.URL == nil || req.URL.Host == "" {
 		return false
 	}
-	s := req.URL.Scheme
-	return strings.EqualFold(s, "https") || strings.EqualFold(s, "http")
+	switch s := req.URL.Scheme; s {
+	case "https", "http":
+		return true
+	default:
+		return strings.EqualFold(s, "https") || strings.EqualFold(s, "http")
+	}
 }
 
 // validRequest reports whether the request is well-formed enough that an

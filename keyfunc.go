@@ -30,5 +30,10 @@ func HostKey(r *http.Request) string {
 	if len(h) > maxKeyLen {
 		h = h[:maxKeyLen]
 	}
-	return strings.ToLower(h)
+	for i := 0; i < len(h); i++ {
+		if c := h[i]; c-'A' < 26 || c >= 0x80 {
+			return strings.ToLower(h)
+		}
+	}
+	return h
 }

@@ -26,7 +26,7 @@ type bucket struct {
 	// epoch is the bucket number (clock / width) the counts belong to.
 	// Written only with window.mu held.
 	epoch  atomic.Int64
-	counts [numOutcomes]atomic.Int64 // indexed by Outcome
+	counts [numOutcomes]atomic.Uint32 // indexed by Outcome; a bucket never sees 2^32 calls
 }
 
 // counts are the outcome counts of a window.
@@ -37,10 +37,8 @@ func (c counts) requests() int64 {
 	return c[OutcomeSuccess] + c[OutcomeFailure] + c[OutcomeThrottled]
 }
 
-func newWindow(length int64) *window {
-	w := &window{width: length / bucketCount}
-	return w
-}
+// init sets the window's length; call it once, before any other method.
+func (w *window) init(length int64) { w.width = length / bucketCount }
 
 // add records one outcome at clock time now.
 func (w *window) add(now int64, o Outcome) {
@@ -66,7 +64,7 @@ func (w *window) roll(b *bucket, idx int64) {
 // retireLocked moves b's counts to retired. Requires w.mu held.
 func (w *window) retireLocked(b *bucket) {
 	for o := range b.counts {
-		w.retired[o] += b.counts[o].Swap(0)
+		w.retired[o] += int64(b.counts[o].Swap(0))
 	}
 }
 
@@ -79,7 +77,7 @@ func (w *window) sums(now int64) counts {
 		b := &w.buckets[i]
 		if e := b.epoch.Load(); e > idx-bucketCount && e <= idx {
 			for o := range c {
-				c[o] += b.counts[o].Load()
+				c[o] += int64(b.counts[o].Load())
 			}
 		}
 	}
@@ -94,7 +92,7 @@ func (w *window) totals() counts {
 	c := counts(w.retired)
 	for i := range w.buckets {
 		for o := range c {
-			c[o] += w.buckets[i].counts[o].Load()
+			c[o] += int64(w.buckets[i].counts[o].Load())
 		}
 	}
 	return c
