@@ -116,6 +116,8 @@ type breaker struct {
 	// throttleSince is 1 + the clock time at which 429s started to make
 	// up the failure rate, or 0 when they do not.
 	throttleSince atomic.Int64
+	// throttleLast is the clock time of the last 429 seen.
+	throttleLast atomic.Int64
 	// retryHint is the longest Retry-After (ns) seen on a failed or
 	// throttled response since the last transition.
 	retryHint atomic.Int64
@@ -382,19 +384,26 @@ func (b *breaker) maybeTrip(w uint64, now int64, throttled bool) *transition {
 }
 
 // throttleSustained reports whether 429s have made up the failure rate of
-// at least MinRequests outcomes for the sustain period. It is re-evaluated
-// on every 429 (throttled is true); failures only read it.
+// at least MinRequests outcomes for the sustain period without
+// interruption. The streak is checked on every 429 (throttled is true) and
+// on every failure; it breaks when the condition fails or when no 429 has
+// been seen for a bucket width, so a burst that ended never counts.
 func (b *breaker) throttleSustained(now int64, c counts, throttled bool) bool {
-	if !throttled {
-		s := b.throttleSince.Load()
-		return s != 0 && now-(s-1) >= int64(b.cfg.throttleSust)
+	holds := float64(c[OutcomeThrottled]) >= b.cfg.failureRate*float64(c.requests())
+	if holds && !throttled && now-b.throttleLast.Load() > b.win.width {
+		holds = false // the 429s stopped: the streak is over
 	}
-	req := c.requests()
-	if float64(c[OutcomeThrottled]) < b.cfg.failureRate*float64(req) {
+	if !holds {
 		b.throttleSince.Store(0)
 		return false
 	}
-	b.throttleSince.CompareAndSwap(0, now+1)
+	if throttled {
+		if s := b.throttleSince.Load(); s != 0 && now-b.throttleLast.Load() > b.win.width {
+			b.throttleSince.CompareAndSwap(s, 0) // a gap: start a new streak
+		}
+		b.throttleLast.Store(now)
+		b.throttleSince.CompareAndSwap(0, now+1)
+	}
 	s := b.throttleSince.Load()
 	return s != 0 && now-(s-1) >= int64(b.cfg.throttleSust)
 }

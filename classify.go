@@ -61,7 +61,8 @@ type Classifier func(req *http.Request, resp *http.Response, err error) Outcome
 //   - Ignored: the caller cancelled — the request's context was cancelled
 //     (whatever its cause) before any deadline passed, or its deprecated
 //     Cancel channel was closed; a malformed request (no URL, no host, a
-//     scheme other than http and https, an invalid method or header, a nil
+//     scheme other than http and https, a port out of range, an invalid
+//     method or header, a nil
 //     Body with a positive ContentLength); 501 Not Implemented and 505 HTTP
 //     Version Not Supported, which describe our request, not the
 //     dependency's health.
@@ -170,6 +171,9 @@ func validRequest(req *http.Request) bool {
 	if req.Body == nil && req.ContentLength > 0 {
 		return false
 	}
+	if !validPort(req.URL.Port()) {
+		return false
+	}
 	for k, vs := range req.Header {
 		if !isToken(k) {
 			return false
@@ -210,4 +214,20 @@ func validHeaderValue(v string) bool {
 		}
 	}
 	return true
+}
+
+// validPort reports whether p is empty or a port number in [0, 65535].
+func validPort(p string) bool {
+	if len(p) > 5 {
+		return false
+	}
+	n := 0
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if c < '0' || c > '9' {
+			return false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n <= 65535
 }

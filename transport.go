@@ -108,8 +108,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return t.next.RoundTrip(req)
 	}
 	tk, reason, tr := b.admit(t.now)
-	t.notify(tr)
 	if reason != admitted {
+		t.notify(tr)
 		return t.reject(req, b, reason, tk.start)
 	}
 	if t.cfg.slowCall > 0 {
@@ -118,19 +118,28 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if d, ok := req.Context().Deadline(); ok && time.Until(d) < minBudget {
 		tk.short = true
 	}
-	return t.call(req, b, tk)
+	return t.call(req, b, tk, tr)
 }
 
-// call sends an admitted request to next and records its outcome. If next
-// or the classifier panics, the call counts for nothing, its probe slot
-// and bulkhead place are freed, and the panic goes on to the caller.
-func (t *Transport) call(req *http.Request, b *breaker, tk ticket) (resp *http.Response, err error) {
-	recorded := false
+// call reports the admission's transition, sends the admitted request to
+// next and records its outcome. If next, the classifier or a state-change
+// hook panics, the call counts for nothing (unless it was already
+// recorded), its probe slot and bulkhead place are freed, a response
+// nobody will see is closed, and the panic goes on to the caller.
+func (t *Transport) call(req *http.Request, b *breaker, tk ticket, admission *transition) (resp *http.Response, err error) {
+	recorded, returned := false, false
 	defer func() {
+		if returned {
+			return
+		}
 		if !recorded {
 			b.record(tk, OutcomeIgnored, t.now(), nil)
 		}
+		if resp != nil && resp.Body != nil {
+			resp.Body.Close()
+		}
 	}()
+	t.notify(admission)
 	resp, err = t.next.RoundTrip(req)
 	if resp != nil && err != nil {
 		// next broke the contract; keep ours.
@@ -153,6 +162,7 @@ func (t *Transport) call(req *http.Request, b *breaker, tk ticket) (resp *http.R
 	tr := b.record(tk, o, now, resp)
 	recorded = true
 	t.notify(tr)
+	returned = true
 	return resp, err
 }
 
