@@ -129,7 +129,8 @@ func (c *collector) emit(ch chan<- prometheus.Metric, key string, m *breakerMetr
 	}
 	for from := State(0); from < numStates; from++ {
 		for to := State(0); to < numStates; to++ {
-			if from != to {
+			// closed→half-open cannot happen: no series for it.
+			if from != to && (from != StateClosed || to != StateHalfOpen) {
 				ch <- prometheus.MustNewConstMetric(c.transitions, counter, float64(m.transitions[from][to]), key, from.String(), to.String())
 			}
 		}

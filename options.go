@@ -347,8 +347,11 @@ func WithLogger(l *slog.Logger) Option {
 // WithMetrics registers the Transport's Prometheus collector with reg when
 // New runs [none; the global registry is never used implicitly]. New panics
 // if registration fails, for example because another collector already
-// exports the same series; to put two Transports on one registry, give each
-// its own label with prometheus.WrapRegistererWith. A nil reg panics.
+// exports the same series. To put several Transports on one registry,
+// wrap the registry for every one of them with prometheus.WrapRegistererWith
+// and the same label name with a different value, e.g.
+// prometheus.Labels{"client": "payments"} and {"client": "search"}: an
+// unwrapped Transport beside wrapped ones is refused. A nil reg panics.
 func WithMetrics(reg prometheus.Registerer) Option {
 	return optionFunc(func(c *config) {
 		if reg == nil {

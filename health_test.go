@@ -1,0 +1,106 @@
+package httpbreaker
+
+import (
+	"encoding/json"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestHealthNoBreakers(t *testing.T) {
+	h := New(newDep(200)).Health("db.test")
+	require.Equal(t, Health{Ready: true}, h)
+	require.NoError(t, h.Err())
+}
+
+func TestHealthNonCriticalOpenStaysReady(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(200)
+		tr := New(d, WithMinRequests(2), WithJitter(0), WithOpenTimeout(time.Second), WithProbesToClose(1))
+		_, _ = get(t, tr, "http://db.test/")
+		d.set(500, nil)
+		for range 2 {
+			_, _ = get(t, tr, "http://recs.test/")
+			_, _ = get(t, tr, "http://ads.test/")
+		}
+		require.Equal(t, StateOpen, tr.State("recs.test"))
+
+		h := tr.Health("db.test")
+		require.Equal(t, Health{Ready: true, Open: []string{"ads.test", "recs.test"}}, h)
+		require.NoError(t, h.Err())
+		h = tr.Health()
+		require.True(t, h.Ready, "no critical keys: never unready")
+		require.Equal(t, []string{"ads.test", "recs.test"}, h.Open)
+
+		// Due for half-open still counts as open; a probe that closes it
+		// takes it off the list.
+		time.Sleep(time.Second)
+		require.Equal(t, StateHalfOpen, tr.State("recs.test"))
+		require.Equal(t, []string{"ads.test", "recs.test"}, tr.Health().Open)
+		d.set(200, nil)
+		_, _ = get(t, tr, "http://recs.test/")
+		require.Equal(t, Health{Ready: true, Open: []string{"ads.test"}}, tr.Health("db.test"))
+	})
+}
+
+func TestHealthCriticalOpen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(500)
+		tr := New(d, WithMinRequests(2), WithJitter(0), WithOpenTimeout(time.Second), WithProbesToClose(1))
+		for range 2 {
+			_, _ = get(t, tr, "http://db.test/")
+			_, _ = get(t, tr, "http://recs.test/")
+		}
+
+		h := tr.Health("db.test", "cache.test")
+		require.False(t, h.Ready)
+		require.Equal(t, []string{"db.test", "recs.test"}, h.Open)
+		require.Equal(t, []string{"db.test"}, h.CriticalOpen)
+		require.EqualError(t, h.Err(), "httpbreaker: not ready: circuit open for critical db.test")
+
+		// Half-open is not yet recovered: still not ready.
+		time.Sleep(time.Second)
+		require.Equal(t, StateHalfOpen, tr.State("db.test"))
+		require.False(t, tr.Health("db.test").Ready)
+
+		d.set(200, nil)
+		_, _ = get(t, tr, "http://db.test/")
+		h = tr.Health("db.test")
+		require.True(t, h.Ready)
+		require.Empty(t, h.CriticalOpen)
+		require.NoError(t, h.Err())
+	})
+}
+
+func TestHealthCriticalKeysAreExact(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := New(newDep(200), WithRoutes("GET /v1/users/{id}"))
+		tr.Trip("db.test GET /v1/users/{id}", time.Minute)
+		tr.Trip("db.test", time.Minute)
+		tr.Trip("db.test:8443", time.Minute)
+
+		h := tr.Health("DB.test", "db.test GET")
+		require.True(t, h.Ready, "no prefix or case folding")
+		require.Len(t, h.Open, 3)
+
+		h = tr.Health("db.test GET /v1/users/{id}")
+		require.Equal(t, []string{"db.test GET /v1/users/{id}"}, h.CriticalOpen)
+		h = tr.Health("db.test", "db.test:8443", "db.test")
+		require.Equal(t, []string{"db.test", "db.test:8443"}, h.CriticalOpen, "sorted, no duplicates")
+	})
+}
+
+func TestHealthJSON(t *testing.T) {
+	tr := New(newDep(200))
+	b, err := json.Marshal(tr.Health())
+	require.NoError(t, err)
+	require.JSONEq(t, `{"ready":true}`, string(b))
+
+	tr.Trip("db.test", time.Minute)
+	tr.Trip("recs.test", time.Minute)
+	b, err = json.Marshal(tr.Health("db.test"))
+	require.NoError(t, err)
+	require.JSONEq(t, `{"ready":false,"open":["db.test","recs.test"],"critical_open":["db.test"]}`, string(b))
+}
