@@ -94,8 +94,10 @@ type transition struct {
 	from, to State
 	rate     float64 // failure rate that tripped it (closed→open)
 	samples  int64   // requests in the window that tripped it
-	reason   string  // why: "failure rate", "probe failed", "probe timed out", "manual", ...
+	reason   string  // why: "failure rate", "probe failed", "probe timed out", "manual", "fleet", ...
 	openFor  time.Duration
+	retryAt  int64 // clock time the open period ends, when to is StateOpen
+	fleet    bool  // caused by a Store hint: not published back
 }
 
 // breaker is the state machine of one key. The closed path is lock-free:
@@ -178,11 +180,23 @@ func (b *breaker) admitState(now func() int64) (ticket, rejectReason, *transitio
 		return ticket{gen: genOf(w)}, admitted, nil
 	}
 	t := now()
-	if stateOf(w) == StateOpen && t < b.retryAt.Load() {
-		return ticket{start: t}, rejectOpen, nil
+	if stateOf(w) == StateOpen {
+		if t < b.retryAt.Load() {
+			return ticket{start: t}, rejectOpen, nil
+		}
+		if s := b.cfg.store; s != nil && s.ProbeLease(b.key, b.cfg.maxOpenTimeout) == LeaseDenied {
+			// Another instance probes for the fleet: stay open a little
+			// longer and ask again.
+			b.mu.Lock()
+			if b.word.Load() == w {
+				b.retryAt.Store(t + int64(b.cfg.leaseRecheck()))
+			}
+			b.mu.Unlock()
+			return ticket{start: t}, rejectOpen, nil
+		}
 	}
 	b.mu.Lock()
-	tr := b.advanceLocked(t)
+	tr := b.advanceLocked(t, true)
 	w = b.word.Load()
 	switch stateOf(w) {
 	case StateClosed:
@@ -204,12 +218,14 @@ func (b *breaker) admitState(now func() int64) (ticket, rejectReason, *transitio
 // advanceLocked applies the transitions that time alone causes: an open
 // period that has ended becomes half-open, and a half-open breaker whose
 // oldest probe has outlived the probe bound reopens. At most one
-// transition happens per call. Requires mu held.
-func (b *breaker) advanceLocked(now int64) *transition {
+// transition happens per call. With a Store, only an admission (which has
+// asked for the fleet's probe lease) moves an open breaker to half-open.
+// Requires mu held.
+func (b *breaker) advanceLocked(now int64, admission bool) *transition {
 	w := b.word.Load()
 	switch stateOf(w) {
 	case StateOpen:
-		if now >= b.retryAt.Load() {
+		if now >= b.retryAt.Load() && (admission || b.cfg.store == nil) {
 			return b.setLocked(StateHalfOpen, now, "open period ended")
 		}
 	case StateHalfOpen:
@@ -232,10 +248,21 @@ func (b *breaker) current(now int64) (State, *transition) {
 		return StateClosed, nil
 	}
 	b.mu.Lock()
-	tr := b.advanceLocked(now)
-	s := stateOf(b.word.Load())
+	tr := b.advanceLocked(now, false)
+	s := b.displayStateLocked(now)
 	b.mu.Unlock()
 	return s, tr
+}
+
+// displayStateLocked is the state to show: an open breaker whose open
+// period has ended shows as half-open, due to probe, even while it waits
+// for the fleet's probe lease. Requires mu held.
+func (b *breaker) displayStateLocked(now int64) State {
+	s := stateOf(b.word.Load())
+	if s == StateOpen && now >= b.retryAt.Load() {
+		return StateHalfOpen
+	}
+	return s
 }
 
 // setLocked moves to state to at clock time now and starts a new
@@ -269,6 +296,7 @@ func (b *breaker) openLocked(now int64, d time.Duration, reason string) *transit
 	tr := b.setLocked(StateOpen, now, reason)
 	if tr != nil {
 		tr.openFor = d
+		tr.retryAt = now + int64(d)
 	}
 	return tr
 }
@@ -484,4 +512,37 @@ func (b *breaker) idle(now int64) bool {
 	}
 	c := b.win.sums(now)
 	return c.requests()+c[OutcomeIgnored] == 0
+}
+
+// applyHint takes a hint from the fleet: an open hint opens a closed
+// breaker until the hint's RetryAt, but never for longer than the maximum
+// open timeout; a closed hint closes an open or half-open one. now is the
+// clock, wall its wall time.
+func (b *breaker) applyHint(h Hint, now int64, wall time.Time) *transition {
+	var tr *transition
+	switch h.State {
+	case StateOpen:
+		d := h.RetryAt.Sub(wall)
+		if d <= 0 {
+			return nil
+		}
+		d = min(d, b.cfg.maxOpenTimeout)
+		b.mu.Lock()
+		if stateOf(b.word.Load()) == StateClosed {
+			tr = b.openLocked(now, d, "fleet")
+		}
+		b.mu.Unlock()
+	case StateClosed:
+		b.mu.Lock()
+		if stateOf(b.word.Load()) != StateClosed {
+			b.cycles = 0
+			b.win.clear()
+			tr = b.setLocked(StateClosed, now, "fleet")
+		}
+		b.mu.Unlock()
+	}
+	if tr != nil {
+		tr.fleet = true
+	}
+	return tr
 }

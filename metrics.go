@@ -1,6 +1,7 @@
 package httpbreaker
 
 import (
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,11 +19,18 @@ type collector struct {
 	transitions *prometheus.Desc
 	openSeconds *prometheus.Desc
 	probes      *prometheus.Desc
+
+	// storeErrors is set when the Store counts its errors.
+	storeErrors *prometheus.Desc
+	store       errorCounter
 }
+
+// errorCounter is a Store that counts its failed operations.
+type errorCounter interface{ Errors() uint64 }
 
 func newCollector(t *Transport) *collector {
 	l := []string{"breaker"}
-	return &collector{
+	c := &collector{
 		t: t,
 		state: prometheus.NewDesc("breaker_state",
 			"Current state of the circuit breaker: 1 for the state it is in, 0 for the others.",
@@ -43,6 +51,13 @@ func newCollector(t *Transport) *collector {
 			"Half-open probes by result: success, failure (the dependency is still down), timeout (the probe outlived the probe bound) and ignored (cancelled or throttled).",
 			[]string{"breaker", "result"}, nil),
 	}
+	if ec, ok := t.cfg.store.(errorCounter); ok {
+		c.store = ec
+		c.storeErrors = prometheus.NewDesc("breaker_store_errors_total",
+			"Failed operations of the Store that shares breaker hints; each instance then relies on its local breakers.",
+			nil, nil)
+	}
+	return c
 }
 
 // registerMetrics registers the Transport's collector with reg; it panics
@@ -61,6 +76,9 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.transitions
 	ch <- c.openSeconds
 	ch <- c.probes
+	if c.storeErrors != nil {
+		ch <- c.storeErrors
+	}
 }
 
 // breakerMetrics is what a scrape reads from one breaker.
@@ -78,12 +96,12 @@ type breakerMetrics struct {
 func (b *breaker) metrics(now int64) (breakerMetrics, *transition) {
 	var m breakerMetrics
 	b.mu.Lock()
-	tr := b.advanceLocked(now)
-	m.state = stateOf(b.word.Load())
+	tr := b.advanceLocked(now, false)
+	m.state = b.displayStateLocked(now)
 	m.transitions = b.transitions
 	m.probes = b.probes
 	m.open = time.Duration(b.openNanos)
-	if m.state == StateOpen {
+	if stateOf(b.word.Load()) == StateOpen {
 		m.open += time.Duration(now - b.since)
 	}
 	b.mu.Unlock()
@@ -110,9 +128,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, tr := range trs {
 		c.t.notify(tr)
 	}
+	if c.storeErrors != nil {
+		ch <- prometheus.MustNewConstMetric(c.storeErrors, prometheus.CounterValue, float64(c.store.Errors()))
+	}
 }
 
 func (c *collector) emit(ch chan<- prometheus.Metric, key string, m *breakerMetrics) {
+	// A custom KeyFunc may return anything; a label value must be UTF-8.
+	key = strings.ToValidUTF8(key, "\uFFFD")
 	gauge, counter := prometheus.GaugeValue, prometheus.CounterValue
 	for s := State(0); s < numStates; s++ {
 		v := 0.0

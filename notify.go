@@ -3,6 +3,7 @@ package httpbreaker
 import (
 	"context"
 	"log/slog"
+	"time"
 )
 
 // notify reports a transition to the logger and the state-change hook. It
@@ -10,6 +11,14 @@ import (
 func (t *Transport) notify(tr *transition) {
 	if tr == nil {
 		return
+	}
+	if s := t.cfg.store; s != nil && !tr.fleet {
+		switch tr.to {
+		case StateOpen:
+			s.Publish(Hint{Key: tr.key, State: StateOpen, RetryAt: t.epoch.Add(time.Duration(tr.retryAt))})
+		case StateClosed:
+			s.Publish(Hint{Key: tr.key, State: StateClosed})
+		}
 	}
 	if l := t.cfg.logger; l != nil {
 		logTransition(l, tr)

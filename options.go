@@ -43,6 +43,7 @@ type config struct {
 	onStateChange  func(key string, from, to State)
 	logger         *slog.Logger
 	registerer     prometheus.Registerer
+	store          Store
 
 	// errs collects invalid option values; New panics with the first.
 	errs []string

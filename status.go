@@ -39,15 +39,15 @@ func (s Status) FailureRate() float64 {
 // time alone has caused.
 func (b *breaker) status(now int64, epoch time.Time) (Status, *transition) {
 	b.mu.Lock()
-	tr := b.advanceLocked(now)
-	w := b.word.Load()
+	tr := b.advanceLocked(now, false)
+	state := b.displayStateLocked(now)
 	since := b.since
 	retryAt := b.retryAt.Load()
 	b.mu.Unlock()
 	c := b.win.sums(now)
 	s := Status{
 		Key:       b.key,
-		State:     stateOf(w),
+		State:     state,
 		Since:     epoch.Add(time.Duration(since)),
 		Requests:  c.requests(),
 		Failures:  c[OutcomeFailure],

@@ -62,6 +62,9 @@ func New(next http.RoundTripper, opts ...Option) *Transport {
 	if cfg.registerer != nil {
 		t.registerMetrics(cfg.registerer)
 	}
+	if cfg.store != nil {
+		cfg.store.Subscribe(t.applyHint)
+	}
 	return t
 }
 
@@ -173,13 +176,20 @@ func (t *Transport) breakerFor(req *http.Request) *breaker {
 	if v, ok := t.breakers.Load(key); ok {
 		return v.(*breaker)
 	}
-	return t.create(req, key)
+	b, created := t.create(req, key)
+	if created && t.cfg.store != nil {
+		if h, ok := t.cfg.store.Lookup(b.key); ok && h.Key == b.key {
+			t.notify(b.applyHint(h, t.now(), time.Now()))
+		}
+	}
+	return b
 }
 
 // create makes the breaker for key, evicting an idle closed breaker if
 // the cap is reached. Past the cap with nothing to evict, it falls back to
 // the request's host key, and returns nil when even that has no room.
-func (t *Transport) create(req *http.Request, key string) *breaker {
+// It reports whether the breaker is new.
+func (t *Transport) create(req *http.Request, key string) (*breaker, bool) {
 	if len(key) > maxKeyLen {
 		key = HostKey(req)
 	}
@@ -187,18 +197,18 @@ func (t *Transport) create(req *http.Request, key string) *breaker {
 	defer t.mu.Unlock()
 	for {
 		if v, ok := t.breakers.Load(key); ok {
-			return v.(*breaker)
+			return v.(*breaker), false
 		}
 		now := t.now()
 		if t.count < t.cfg.maxBreakers || t.evictLocked(now) {
 			b := newBreaker(key, &t.cfg, now)
 			t.breakers.Store(key, b)
 			t.count++
-			return b
+			return b, true
 		}
 		host := HostKey(req)
 		if host == key || req == nil {
-			return nil
+			return nil, false
 		}
 		key = host
 	}
@@ -287,7 +297,16 @@ func (t *Transport) createKey(key string) *breaker {
 	if len(key) > maxKeyLen {
 		return nil
 	}
-	return t.create(nil, key)
+	b, _ := t.create(nil, key)
+	return b
+}
+
+// applyHint takes a hint from the Store for a live breaker. Hints for keys
+// without a breaker are learnt through Store.Lookup when one is made.
+func (t *Transport) applyHint(h Hint) {
+	if b := t.lookup(h.Key); b != nil {
+		t.notify(b.applyHint(h, t.now(), time.Now()))
+	}
 }
 
 // Reset closes key's breaker and clears its counts and backoff. It does

@@ -1,0 +1,93 @@
+package httpbreaker
+
+import (
+	"time"
+)
+
+// A Store shares hints about breakers between Transports, typically between
+// the instances of a service, so that the fleet learns an outage once: when
+// one instance's breaker opens, the others open too instead of each paying
+// its own failure quota, and when the open period ends one instance probes
+// for the fleet instead of each sending its own probes.
+//
+// A Store carries hints only: failure counting stays local, and every
+// Transport keeps working on its own breakers when the Store is slow, down
+// or returns nonsense. No request ever waits on a Store: every method must
+// return at once, answering from memory and doing its I/O in the
+// background, and must not call back into a Transport synchronously.
+//
+// The module github.com/httpbreaker/httpbreaker/redisstore implements a
+// Store on Redis. A Store owns its background work and its Close; a
+// Transport never closes it.
+//
+// If a Store also has a method Errors() uint64 (a count of failed
+// operations), WithMetrics exports it as breaker_store_errors_total.
+type Store interface {
+	// Publish announces a local transition to the fleet: a breaker that
+	// opened (State StateOpen, with RetryAt) or closed (StateClosed). It
+	// must not block; a Store may drop hints it cannot send.
+	Publish(Hint)
+	// Subscribe registers f to receive the hints other Transports
+	// published; it is called once per Transport, by New. f is safe for
+	// concurrent use and returns quickly; a Store may deliver a Transport's
+	// own hints back to it, which f ignores.
+	Subscribe(f func(Hint))
+	// Lookup returns the latest hint known for key, from memory. A
+	// Transport calls it when it makes a breaker, to learn an outage the
+	// fleet already knows.
+	Lookup(key string) (Hint, bool)
+	// ProbeLease asks whether this Transport may probe key for the fleet,
+	// holding the lease for at most ttl (a crashed prober's lease
+	// expires). It answers from memory: LeaseGranted when this Transport
+	// holds the lease, LeaseDenied when another instance holds it or the
+	// answer is still on its way (the Store then acquires it in the
+	// background), LeaseUnavailable when the Store cannot tell, and the
+	// Transport decides locally.
+	ProbeLease(key string, ttl time.Duration) Lease
+}
+
+// Hint is what a Store carries about one breaker.
+type Hint struct {
+	// Key is the breaker's key.
+	Key string
+	// State is StateOpen or StateClosed; other values are ignored.
+	State State
+	// RetryAt is, for StateOpen, when the next probe may go. A Transport
+	// that receives it opens its own breaker until then, but never for
+	// longer than its MaxOpenTimeout from now, and ignores a time in the
+	// past.
+	RetryAt time.Time
+}
+
+// Lease is a Store's answer to ProbeLease.
+type Lease int
+
+const (
+	// LeaseUnavailable: the Store cannot tell (it is down, or not yet
+	// synchronised); the Transport probes on its own, as without a Store.
+	LeaseUnavailable Lease = iota
+	// LeaseGranted: this Transport holds the fleet's probe lease.
+	LeaseGranted
+	// LeaseDenied: another instance is probing, or the answer is pending;
+	// the Transport stays open and asks again shortly.
+	LeaseDenied
+)
+
+// WithStore shares breaker hints through s (see Store) [none]. Without a
+// Store nothing is shared. A nil s panics.
+func WithStore(s Store) Option {
+	return optionFunc(func(c *config) {
+		if s == nil {
+			c.invalid("WithStore", "nil Store")
+			return
+		}
+		c.store = s
+	})
+}
+
+// leaseRecheck is how long a breaker denied the probe lease stays open
+// before it asks again: the fleet's prober is expected to settle the
+// matter (and publish it) sooner.
+func (c *config) leaseRecheck() time.Duration {
+	return min(c.openTimeout, time.Second)
+}

@@ -1,0 +1,188 @@
+package httpbreaker
+
+import (
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+)
+
+// memStore is an in-memory Store: a fleet in one process. It delivers
+// hints synchronously to every other subscriber.
+type memStore struct {
+	mu        sync.Mutex
+	subs      []func(Hint)
+	published []Hint
+	latest    map[string]Hint
+	lease     Lease
+	leaseAsks int
+	errors    uint64
+}
+
+func newMemStore() *memStore { return &memStore{latest: map[string]Hint{}, lease: LeaseUnavailable} }
+
+func (s *memStore) Publish(h Hint) {
+	s.mu.Lock()
+	s.published = append(s.published, h)
+	s.latest[h.Key] = h
+	subs := append([]func(Hint){}, s.subs...)
+	s.mu.Unlock()
+	for _, f := range subs {
+		f(h) // the publisher gets its own hint back too, and ignores it
+	}
+}
+
+func (s *memStore) Subscribe(f func(Hint)) {
+	s.mu.Lock()
+	s.subs = append(s.subs, f)
+	s.mu.Unlock()
+}
+
+func (s *memStore) Lookup(key string) (Hint, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h, ok := s.latest[key]
+	return h, ok
+}
+
+func (s *memStore) ProbeLease(string, time.Duration) Lease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.leaseAsks++
+	return s.lease
+}
+
+func (s *memStore) Errors() uint64 { return s.errors }
+
+func (s *memStore) hints() []Hint {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Hint(nil), s.published...)
+}
+
+func TestStorePublishesOpenAndClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newMemStore()
+		d := newDep(500)
+		tr := tripped(t, d, WithStore(s), WithProbesToClose(1))
+		start := time.Now()
+		require.Equal(t, []Hint{{Key: testKey, State: StateOpen, RetryAt: start.Add(time.Second)}}, s.hints())
+		time.Sleep(time.Second)
+		d.set(200, nil)
+		_, _ = get(t, tr, testURL) // the probe closes it
+		require.Equal(t, StateClosed, tr.State(testKey))
+		h := s.hints()
+		require.Len(t, h, 2, "half-open is not published")
+		require.Equal(t, Hint{Key: testKey, State: StateClosed}, h[1])
+	})
+}
+
+func TestStoreFleetLearnsAnOutageOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newMemStore()
+		d := newDep(500)
+		opts := []Option{WithStore(s), WithMinRequests(3), WithJitter(0), WithOpenTimeout(5 * time.Second)}
+		a, b := New(d, opts...), New(d, opts...)
+		_, _ = get(t, b, testURL) // b has a breaker for the key already
+		for range 3 {
+			_, _ = get(t, a, testURL)
+		}
+		require.Equal(t, StateOpen, a.State(testKey))
+		require.Equal(t, StateOpen, b.State(testKey), "b learnt it from the fleet")
+		calls := d.calls.Load()
+		for range 10 {
+			resp, err := get(t, b, testURL)
+			require.NoError(t, err)
+			require.True(t, IsRejected(resp))
+		}
+		// A Transport that had no breaker for the key learns it on first use.
+		c := New(d, opts...)
+		resp, _ := get(t, c, testURL)
+		require.True(t, IsRejected(resp))
+		require.Equal(t, calls, d.calls.Load(), "no instance called the dead dependency")
+		require.Len(t, s.hints(), 1, "fleet-made transitions are not published back")
+		require.Equal(t, 5*time.Second, b.Snapshot()[0].RetryAt.Sub(time.Now()))
+	})
+}
+
+func TestStoreHintsAreClampedAndValidated(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newMemStore()
+		tr := New(newDep(200), WithStore(s), WithMaxOpenTimeout(time.Minute))
+		_, _ = get(t, tr, testURL)
+		s.Publish(Hint{Key: testKey, State: StateOpen, RetryAt: time.Now().Add(-time.Second)}) // past
+		require.Equal(t, StateClosed, tr.State(testKey))
+		s.Publish(Hint{Key: testKey, State: State(9), RetryAt: time.Now().Add(time.Hour)}) // nonsense
+		require.Equal(t, StateClosed, tr.State(testKey))
+		s.Publish(Hint{Key: "other.test", State: StateOpen, RetryAt: time.Now().Add(time.Hour)})
+		require.Len(t, tr.Snapshot(), 1, "a hint creates no breaker")
+		s.Publish(Hint{Key: testKey, State: StateOpen, RetryAt: time.Now().Add(100 * 365 * 24 * time.Hour)})
+		require.Equal(t, StateOpen, tr.State(testKey))
+		require.Equal(t, time.Minute, tr.Snapshot()[0].RetryAt.Sub(time.Now()), "clamped to MaxOpenTimeout")
+		s.Publish(Hint{Key: testKey, State: StateClosed})
+		require.Equal(t, StateClosed, tr.State(testKey), "a closed hint closes")
+	})
+}
+
+func TestStoreProbeLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newMemStore()
+		d := newDep(500)
+		tr := tripped(t, d, WithStore(s), WithProbesToClose(1))
+		calls := d.calls.Load()
+		time.Sleep(time.Second)
+		// Another instance holds the lease: no probe from here, and the
+		// breaker asks again after leaseRecheck.
+		s.lease = LeaseDenied
+		d.set(200, nil)
+		for range 5 {
+			resp, _ := get(t, tr, testURL)
+			require.True(t, IsRejected(resp))
+		}
+		require.Equal(t, calls, d.calls.Load())
+		require.Equal(t, 1, s.leaseAsks, "asked once, then waits for the recheck")
+		require.Equal(t, time.Second, tr.Snapshot()[0].RetryAt.Sub(time.Now()))
+		// The lease is ours: probe.
+		time.Sleep(time.Second)
+		s.lease = LeaseGranted
+		resp, _ := get(t, tr, testURL)
+		require.False(t, IsRejected(resp))
+		require.Equal(t, calls+1, d.calls.Load())
+		require.Equal(t, StateClosed, tr.State(testKey))
+	})
+	synctest.Test(t, func(t *testing.T) {
+		// The store cannot tell: decide locally, as without a store.
+		s := newMemStore()
+		d := newDep(500)
+		tr := tripped(t, d, WithStore(s))
+		time.Sleep(time.Second)
+		require.Equal(t, StateHalfOpen, tr.State(testKey))
+		before := d.calls.Load()
+		_, _ = get(t, tr, testURL)
+		require.Equal(t, before+1, d.calls.Load())
+	})
+}
+
+func TestStoreErrorsMetric(t *testing.T) {
+	s := newMemStore()
+	s.errors = 7
+	reg := prometheus.NewPedanticRegistry()
+	New(newDep(200), WithStore(s), WithMetrics(reg))
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	var got float64
+	for _, mf := range mfs {
+		if mf.GetName() == "breaker_store_errors_total" {
+			got = mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	require.Equal(t, 7.0, got)
+}
+
+func TestStoreAbsentChangesNothing(t *testing.T) {
+	require.Nil(t, New(nil).cfg.store)
+	require.Panics(t, func() { New(nil, WithStore(nil)) })
+}
