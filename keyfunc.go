@@ -3,6 +3,7 @@ package httpbreaker
 import (
 	"net/http"
 	"strings"
+	"unicode/utf8"
 )
 
 // A KeyFunc picks the breaker a request goes through. Requests with the
@@ -20,20 +21,40 @@ const maxKeyLen = 512
 // HostKey is the default KeyFunc: the request's r.URL.Host, lower-cased,
 // with the port kept, so "API.example.com:8443" and "api.example.com:8443"
 // share a breaker but ":8443" and ":443" do not. It returns "" for a
-// request without a URL. Keys are at most 512 bytes long. It does not
-// allocate when the host is already lower-case.
+// request without a URL. Keys are valid UTF-8 (invalid bytes become
+// U+FFFD) and at most 512 bytes long: a longer host is cut at a character
+// boundary. It does not allocate when the host is lower-case ASCII.
 func HostKey(r *http.Request) string {
 	if r == nil || r.URL == nil {
 		return ""
 	}
 	h := r.URL.Host
+	for i := 0; i < len(h); i++ {
+		if c := h[i]; c-'A' < 26 || c >= utf8.RuneSelf {
+			return slowHostKey(h)
+		}
+	}
 	if len(h) > maxKeyLen {
 		h = h[:maxKeyLen]
 	}
-	for i := 0; i < len(h); i++ {
-		if c := h[i]; c-'A' < 26 || c >= 0x80 {
-			return strings.ToLower(h)
-		}
-	}
 	return h
+}
+
+// slowHostKey is HostKey for a host with upper-case or non-ASCII bytes.
+func slowHostKey(h string) string {
+	if len(h) > 4*maxKeyLen {
+		h = h[:4*maxKeyLen] // bound the work; cut again below
+	}
+	return truncateUTF8(strings.ToLower(strings.ToValidUTF8(h, "\uFFFD")), maxKeyLen)
+}
+
+// truncateUTF8 cuts s to at most n bytes without splitting a character.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

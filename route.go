@@ -124,7 +124,7 @@ func routeKeyString(host, pattern string) string {
 		return host + " " + pattern
 	}
 	n := max(maxKeyLen-1-len(pattern), 0)
-	return (host[:n] + " " + pattern)[:maxKeyLen]
+	return truncateUTF8(truncateUTF8(host, n)+" "+pattern, maxKeyLen)
 }
 
 // routeMatcher matches requests against a fixed set of ServeMux patterns
