@@ -84,7 +84,8 @@ func (p probeResult) String() string {
 type ticket struct {
 	gen   uint64 // generation the call was admitted in
 	probe bool   // a half-open probe holding a slot
-	start int64  // clock at admission, when read (probes, rejections, slow-call threshold)
+	start int64  // clock at admission, when read (probes, rejections); a probe's identity
+	began int64  // clock when the call went to next; only with a slow-call threshold
 	short bool   // the deadline budget at admission was under minBudget
 }
 

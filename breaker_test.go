@@ -212,7 +212,7 @@ func TestOpenDurationBackoffAndCap(t *testing.T) {
 		openFor := func() time.Duration {
 			s := tr.Snapshot()[0]
 			require.Equal(t, StateOpen, s.State)
-			return s.RetryAt.Sub(time.Now())
+			return time.Until(s.RetryAt)
 		}
 		_, _ = get(t, tr, testURL)
 		require.Equal(t, time.Second, openFor())
@@ -256,7 +256,7 @@ func TestOpenDurationHonoursRetryAfter(t *testing.T) {
 				_, _ = get(t, tr, testURL)
 				s := tr.Snapshot()[0]
 				require.Equal(t, StateOpen, s.State)
-				require.Equal(t, tc.want, s.RetryAt.Sub(time.Now()))
+				require.Equal(t, tc.want, time.Until(s.RetryAt))
 			})
 		})
 	}
@@ -271,7 +271,7 @@ func TestJitterSpreadsOpenPeriods(t *testing.T) {
 			_, _ = get(t, tr, "http://h"+itoaTest(i)+".test/")
 		}
 		for _, s := range tr.Snapshot() {
-			d := s.RetryAt.Sub(time.Now())
+			d := time.Until(s.RetryAt)
 			require.GreaterOrEqual(t, d, 10*time.Second)
 			require.LessOrEqual(t, d, 12*time.Second)
 			seen[d] = true
@@ -290,7 +290,7 @@ func TestJitterAppliesAfterTheCap(t *testing.T) {
 			_, _ = get(t, tr, "http://h"+itoaTest(i)+".test/")
 		}
 		for _, s := range tr.Snapshot() {
-			dd := s.RetryAt.Sub(time.Now())
+			dd := time.Until(s.RetryAt)
 			require.GreaterOrEqual(t, dd, 60*time.Second)
 			require.LessOrEqual(t, dd, 90*time.Second)
 			longest = max(longest, dd)
@@ -405,7 +405,7 @@ func TestHungProbeCannotHoldItsSlotForever(t *testing.T) {
 		// Past the bound the probe counts as failed: open again, backed off.
 		require.Equal(t, StateOpen, tr.State(testKey))
 		s := tr.Snapshot()[0]
-		require.Equal(t, 2*time.Second, s.RetryAt.Sub(time.Now()))
+		require.Equal(t, 2*time.Second, time.Until(s.RetryAt))
 		d.release()
 		<-done
 		// Its late success decides nothing.
@@ -492,3 +492,17 @@ func TestTransitionsUnderRealContention(t *testing.T) {
 }
 
 func itoaTest(i int) string { return string(rune('a'+i/26)) + string(rune('a'+i%26)) }
+
+// A slow-call threshold must not stop a half-open breaker from closing:
+// the probe's slot is freed by its admission time, not its call time.
+func TestSlowCallThresholdLetsHalfOpenClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(500)
+		tr := tripped(t, d, WithSlowCallThreshold(time.Second))
+		run(t, tr, d, steps(
+			step{after: time.Second, code: 200, sent: true, want: StateHalfOpen},
+			step{code: 200, sent: true, want: StateHalfOpen},
+			step{code: 200, sent: true, want: StateClosed},
+		))
+	})
+}

@@ -116,7 +116,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return t.reject(req, b, reason, tk.start)
 	}
 	if t.cfg.slowCall > 0 {
-		tk.start = t.now()
+		tk.began = t.now()
 	}
 	if d, ok := req.Context().Deadline(); ok && time.Until(d) < minBudget {
 		tk.short = true
@@ -159,7 +159,7 @@ func (t *Transport) call(req *http.Request, b *breaker, tk ticket, admission *tr
 	if o == OutcomeFailure && tk.short && err != nil && callerEnded(req, t.epoch.Add(time.Duration(now))) == endedByDeadline {
 		o = OutcomeIgnored
 	}
-	if o == OutcomeSuccess && t.cfg.slowCall > 0 && time.Duration(now-tk.start) > t.cfg.slowCall {
+	if o == OutcomeSuccess && t.cfg.slowCall > 0 && time.Duration(now-tk.began) > t.cfg.slowCall {
 		o = OutcomeFailure
 	}
 	tr := b.record(tk, o, now, resp)
