@@ -91,12 +91,12 @@ type breakerMetrics struct {
 	probes      [numProbeResults]int64
 }
 
-// metrics reads b's counters at clock time now, applying any transition
-// time alone has caused.
-func (b *breaker) metrics(now int64) (breakerMetrics, *transition) {
+// metrics reads b's counters at clock time now. It changes nothing: an
+// open breaker whose open period has ended shows as half-open, due to
+// probe, and no user hook ever runs in a scrape.
+func (b *breaker) metrics(now int64) breakerMetrics {
 	var m breakerMetrics
 	b.mu.Lock()
-	tr := b.advanceLocked(now, false)
 	m.state = b.displayStateLocked(now)
 	m.transitions = b.transitions
 	m.probes = b.probes
@@ -109,25 +109,18 @@ func (b *breaker) metrics(now int64) (breakerMetrics, *transition) {
 	for r := range m.rejections {
 		m.rejections[r] = b.rejections[r].Load()
 	}
-	return m, tr
+	return m
 }
 
 // Collect implements prometheus.Collector.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	now := c.t.now()
-	var trs []*transition
 	c.t.breakers.Range(func(_, v any) bool {
 		b := v.(*breaker)
-		m, tr := b.metrics(now)
-		if tr != nil {
-			trs = append(trs, tr)
-		}
+		m := b.metrics(now)
 		c.emit(ch, b.key, &m)
 		return true
 	})
-	for _, tr := range trs {
-		c.t.notify(tr)
-	}
 	if c.storeErrors != nil {
 		ch <- prometheus.MustNewConstMetric(c.storeErrors, prometheus.CounterValue, float64(c.store.Errors()))
 	}
