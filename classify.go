@@ -134,9 +134,10 @@ func callerEnded(req *http.Request, now time.Time) ending {
 	if d, ok := ctx.Deadline(); ok && !now.Before(d) {
 		return endedByDeadline
 	}
-	if req.Cancel != nil { //nolint:staticcheck // still set by http.Client
+	//lint:ignore SA1019 http.Client still sets Cancel for RoundTrippers it does not know
+	if cancel := req.Cancel; cancel != nil {
 		select {
-		case <-req.Cancel: //nolint:staticcheck
+		case <-cancel:
 			return endedByCaller
 		default:
 		}

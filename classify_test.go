@@ -73,7 +73,7 @@ func TestDefaultClassifierReadsTheContext(t *testing.T) {
 	r, _ = http.NewRequest(http.MethodGet, "http://api.test/", nil)
 	c := make(chan struct{})
 	close(c)
-	r.Cancel = c //nolint:staticcheck
+	r.Cancel = c //lint:ignore SA1019 the deprecated channel is still honoured
 	require.Equal(t, OutcomeIgnored, DefaultClassifier(r, nil, boom))
 
 	// A live context leaves the error to speak.

@@ -3,7 +3,6 @@ package httpbreaker
 import (
 	"fmt"
 	"log/slog"
-	"math"
 	"net/http"
 	"time"
 
@@ -362,6 +361,3 @@ func WithMetrics(reg prometheus.Registerer) Option {
 		c.registerer = reg
 	})
 }
-
-// maxDuration is the largest time.Duration.
-const maxDuration = time.Duration(math.MaxInt64)

@@ -104,7 +104,7 @@ func TestStoreFleetLearnsAnOutageOnce(t *testing.T) {
 		require.True(t, IsRejected(resp))
 		require.Equal(t, calls, d.calls.Load(), "no instance called the dead dependency")
 		require.Len(t, s.hints(), 1, "fleet-made transitions are not published back")
-		require.Equal(t, 5*time.Second, b.Snapshot()[0].RetryAt.Sub(time.Now()))
+		require.Equal(t, 5*time.Second, time.Until(b.Snapshot()[0].RetryAt))
 	})
 }
 
@@ -121,7 +121,7 @@ func TestStoreHintsAreClampedAndValidated(t *testing.T) {
 		require.Len(t, tr.Snapshot(), 1, "a hint creates no breaker")
 		s.Publish(Hint{Key: testKey, State: StateOpen, RetryAt: time.Now().Add(100 * 365 * 24 * time.Hour)})
 		require.Equal(t, StateOpen, tr.State(testKey))
-		require.Equal(t, time.Minute, tr.Snapshot()[0].RetryAt.Sub(time.Now()), "clamped to MaxOpenTimeout")
+		require.Equal(t, time.Minute, time.Until(tr.Snapshot()[0].RetryAt), "clamped to MaxOpenTimeout")
 		s.Publish(Hint{Key: testKey, State: StateClosed})
 		require.Equal(t, StateClosed, tr.State(testKey), "a closed hint closes")
 	})
@@ -144,7 +144,7 @@ func TestStoreProbeLease(t *testing.T) {
 		}
 		require.Equal(t, calls, d.calls.Load())
 		require.Equal(t, 1, s.leaseAsks, "asked once, then waits for the recheck")
-		require.Equal(t, time.Second, tr.Snapshot()[0].RetryAt.Sub(time.Now()))
+		require.Equal(t, time.Second, time.Until(tr.Snapshot()[0].RetryAt))
 		// The lease is ours: probe.
 		time.Sleep(time.Second)
 		s.lease = LeaseGranted

@@ -422,7 +422,7 @@ func TestTripAndReset(t *testing.T) {
 		require.Equal(t, StateClosed, tr.State("never.test"), "unknown key")
 		tr.Trip(testKey, time.Hour) // exactly d: no jitter, no cap
 		require.Equal(t, StateOpen, tr.State(testKey))
-		require.Equal(t, time.Hour, tr.Snapshot()[0].RetryAt.Sub(time.Now()))
+		require.Equal(t, time.Hour, time.Until(tr.Snapshot()[0].RetryAt))
 		resp, _ := get(t, tr, testURL)
 		require.True(t, IsRejected(resp))
 		require.Zero(t, d.calls.Load())
