@@ -144,6 +144,11 @@ func WithClassifier(f Classifier) Option {
 // WithWindow sets the length of the rolling window over which the failure
 // rate is computed [10s]. The window is divided into 10 buckets; whole
 // buckets expire as time passes. d must be at least 10ms.
+//
+// When a dependency hangs, successes stop at once but timeouts arrive a
+// whole client timeout later: a window much longer than the timeout keeps
+// the last healthy seconds in the rate and trips late. A window of one to
+// two client timeouts reacts fastest to hangs.
 func WithWindow(d time.Duration) Option {
 	return optionFunc(func(c *config) {
 		if d < minWindow {

@@ -43,8 +43,10 @@ var _ http.RoundTripper = (*Transport)(nil)
 // New returns a Transport that sends requests through circuit breakers to
 // next. A nil next means cleanhttp.DefaultPooledTransport(): a pooled
 // transport with sane timeouts of its own, not shared with
-// http.DefaultTransport. New panics if an option is invalid, naming the
-// option.
+// http.DefaultTransport. It keeps GOMAXPROCS+1 idle connections per host;
+// a service that calls one dependency with much more concurrency should
+// pass its own *http.Transport with a larger MaxIdleConnsPerHost. New
+// panics if an option is invalid, naming the option.
 func New(next http.RoundTripper, opts ...Option) *Transport {
 	cfg := defaultConfig()
 	for _, o := range opts {
