@@ -126,6 +126,9 @@ type breaker struct {
 	retryHint atomic.Int64
 	// rejections counts refused calls by reason.
 	rejections [numReasons]atomic.Int64
+	// openErr is the error shared by the rejections of the current open
+	// period (see Transport.rejectedError).
+	openErr atomic.Pointer[RejectedError]
 
 	win window
 
@@ -209,7 +212,7 @@ func (b *breaker) admitState(now func() int64) (ticket, rejectReason, *transitio
 	}
 	if int64(len(b.probeStarts)) >= b.cfg.halfOpenProbes {
 		b.mu.Unlock()
-		return ticket{}, rejectHalfOpen, tr
+		return ticket{start: t}, rejectHalfOpen, tr
 	}
 	b.probeStarts = append(b.probeStarts, t)
 	b.mu.Unlock()

@@ -29,12 +29,19 @@ type RejectedError struct {
 	// StateHalfOpen with every probe slot taken, or any state for a full
 	// bulkhead.
 	State State
-	// RetryAfter is how long until the breaker may admit a probe: the
-	// rest of the open period, or 1s when half-open or for a full
-	// bulkhead.
-	RetryAfter time.Duration
+	// RetryAt is when the breaker may admit a probe: the end of the open
+	// period, or a second after the rejection when half-open or for a
+	// full bulkhead.
+	RetryAt time.Time
 
 	bulkhead bool
+	at       int64 // the breaker's retryAt clock this error was made for
+}
+
+// RetryAfter returns how long from now until RetryAt, or 0 if it has
+// passed.
+func (e *RejectedError) RetryAfter() time.Duration {
+	return max(time.Until(e.RetryAt), 0)
 }
 
 var (
@@ -42,12 +49,13 @@ var (
 	bulkheadErrs = []error{ErrOpen, ErrBulkheadFull}
 )
 
-// Error describes the rejection, naming the key.
+// Error describes the rejection, naming the key. The RejectedErrors of one
+// open period are one shared value: do not modify one.
 func (e *RejectedError) Error() string {
 	if e.bulkhead {
 		return "httpbreaker: too many concurrent requests for " + e.Key
 	}
-	return "httpbreaker: circuit " + e.State.String() + " for " + e.Key + " (retry after " + e.RetryAfter.String() + ")"
+	return "httpbreaker: circuit " + e.State.String() + " for " + e.Key + " (retry after " + e.RetryAfter().Round(time.Millisecond).String() + ")"
 }
 
 // Unwrap returns ErrOpen, and ErrBulkheadFull for a bulkhead rejection.
@@ -95,17 +103,7 @@ func (t *Transport) reject(req *http.Request, b *breaker, reason rejectReason, n
 		req.Body.Close()
 	}
 	b.rejections[reason].Add(1)
-	err := &RejectedError{Key: b.key, State: StateHalfOpen, RetryAfter: time.Second}
-	switch reason {
-	case rejectOpen:
-		err.State = StateOpen
-		if d := time.Duration(b.retryAt.Load() - now); d > 0 {
-			err.RetryAfter = d
-		}
-	case rejectBulkhead:
-		err.State = stateOf(b.word.Load())
-		err.bulkhead = true
-	}
+	err := t.rejectedError(b, reason, now)
 	if f := t.cfg.fallback; f != nil {
 		resp, ferr := f(req, err)
 		if resp != nil && ferr != nil {
@@ -121,7 +119,11 @@ func (t *Transport) reject(req *http.Request, b *breaker, reason rejectReason, n
 	if t.cfg.rejectAsError {
 		return nil, err
 	}
-	return rejection(req, err.RetryAfter), nil
+	retry := time.Second
+	if reason == rejectOpen {
+		retry = time.Duration(err.at - now)
+	}
+	return rejection(req, retry), nil
 }
 
 // rejection builds the synthetic 503. Retry-After is in whole seconds,
@@ -146,4 +148,29 @@ func rejection(req *http.Request, retry time.Duration) *http.Response {
 		ContentLength: int64(len(rejectBody)),
 		Request:       req.WithContext(rejectedCtx{req.Context()}),
 	}
+}
+
+// rejectedError returns the error of a refused request. An open
+// breaker's rejections share one error per open period, so refusing costs
+// no allocation; the others are made afresh, valid for a second.
+func (t *Transport) rejectedError(b *breaker, reason rejectReason, now int64) *RejectedError {
+	switch reason {
+	case rejectOpen:
+		ra := b.retryAt.Load()
+		if e := b.openErr.Load(); e != nil && e.at == ra && e.Key == b.key {
+			return e
+		}
+		e := &RejectedError{Key: b.key, State: StateOpen, RetryAt: t.epoch.Add(time.Duration(ra)), at: ra}
+		b.openErr.Store(e)
+		return e
+	case rejectBulkhead:
+		if now == 0 {
+			now = t.now()
+		}
+		return &RejectedError{Key: b.key, State: stateOf(b.word.Load()), RetryAt: t.epoch.Add(time.Duration(now) + time.Second), bulkhead: true}
+	}
+	if now == 0 {
+		now = t.now()
+	}
+	return &RejectedError{Key: b.key, State: StateHalfOpen, RetryAt: t.epoch.Add(time.Duration(now) + time.Second)}
 }

@@ -195,7 +195,14 @@ func TestRejectAsError(t *testing.T) {
 		require.ErrorAs(t, err, &re)
 		require.Equal(t, testKey, re.Key)
 		require.Equal(t, StateOpen, re.State)
-		require.Equal(t, time.Second, re.RetryAfter)
+		require.Equal(t, time.Second, re.RetryAfter())
+		require.Equal(t, time.Now().Add(time.Second), re.RetryAt)
+		// The rejections of one open period share one error: no allocation.
+		_, err2 := tr.RoundTrip(mustReq(t, testURL))
+		require.Same(t, re, err2)
+		time.Sleep(400 * time.Millisecond)
+		require.Equal(t, 600*time.Millisecond, re.RetryAfter())
+		require.Contains(t, re.Error(), "retry after 600ms")
 		require.Contains(t, err.Error(), "circuit open")
 
 		// Through http.Client the error is wrapped in *url.Error.
@@ -482,5 +489,24 @@ func TestLogger(t *testing.T) {
 		require.Contains(t, lines[1], "to=half-open")
 		require.Contains(t, lines[2], "level=INFO")
 		require.Contains(t, lines[2], "to=closed")
+	})
+}
+
+func TestRejectedErrorWhenHalfOpenAndBulkhead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(500)
+		tr := tripped(t, d, WithRejectAsError(), WithMaxConcurrent(5))
+		time.Sleep(time.Second)
+		d.set(200, nil)
+		d.block()
+		go func() { _, _ = get(t, tr, testURL) }() // the probe hangs
+		synctest.Wait()
+		_, err := tr.RoundTrip(mustReq(t, testURL))
+		var re *RejectedError
+		require.ErrorAs(t, err, &re)
+		require.Equal(t, StateHalfOpen, re.State)
+		require.Equal(t, time.Second, re.RetryAfter())
+		require.Contains(t, re.Error(), "circuit half-open for api.test")
+		d.release()
 	})
 }
