@@ -336,15 +336,22 @@ func WithRejectAsError() Option {
 
 // WithOnStateChange sets a function called after each transition of any
 // breaker, on the goroutine that caused it, after every lock has been
-// released: it may call back into the Transport. It should return quickly,
-// as it runs on a request's path. A nil f removes the hook.
+// released: it may call back into the Transport, and no other request
+// waits for it. Only the one call that caused the transition (or the
+// State, Snapshot or Health call that noticed it) runs the hook, so a slow
+// hook delays that call alone; hand slow work to a goroutine of your own.
+// Calls for different transitions may run concurrently. A panic in f
+// reaches that caller, after the breaker has settled. Scrapes never run
+// it. A nil f removes the hook.
 func WithOnStateChange(f func(key string, from, to State)) Option {
 	return optionFunc(func(c *config) { c.onStateChange = f })
 }
 
 // WithLogger logs transitions through l: opening at Warn (with the failure
 // rate and sample size that tripped it), half-open and closing at Info
-// [none]. A nil l turns logging off.
+// [none]. Like the state-change hook it runs on the goroutine that caused
+// the transition, with no lock held; nothing is logged per request. A nil
+// l turns logging off.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) { c.logger = l })
 }
