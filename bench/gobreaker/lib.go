@@ -1,0 +1,61 @@
+// Package gobreaker benchmarks github.com/sony/gobreaker/v2 wrapped as an
+// http.RoundTripper, with the scenarios of bench/internal/harness.
+package gobreaker
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/httpbreaker/httpbreaker/bench/internal/harness"
+	gb "github.com/sony/gobreaker/v2"
+)
+
+// RoundTripper sends each request through one gobreaker.CircuitBreaker.
+// gobreaker counts only errors, so a 5xx response is handed to it as
+// harness.ErrServer and returned to the caller as the response it is.
+type RoundTripper struct {
+	next http.RoundTripper
+	cb   *gb.CircuitBreaker[*http.Response]
+}
+
+// New returns a RoundTripper with httpbreaker's default thresholds:
+// rolling 10s window in 1s buckets, trip at ≥50% failures of ≥20
+// requests, one half-open probe.
+func New(next http.RoundTripper, cfg harness.Config) *RoundTripper {
+	return &RoundTripper{next: next, cb: gb.NewCircuitBreaker[*http.Response](gb.Settings{
+		MaxRequests:  1,
+		Interval:     10 * time.Second,
+		BucketPeriod: time.Second,
+		Timeout:      cfg.OpenTimeout,
+		ReadyToTrip: func(c gb.Counts) bool {
+			return c.Requests >= 20 && c.TotalFailures*2 >= c.Requests
+		},
+	})}
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.cb.Execute(func() (*http.Response, error) {
+		resp, err := t.next.RoundTrip(req)
+		if err == nil && resp.StatusCode >= 500 {
+			return resp, harness.ErrServer
+		}
+		return resp, err
+	})
+	if err == harness.ErrServer {
+		return resp, nil
+	}
+	return resp, err
+}
+
+var Lib = harness.Lib{
+	Name: "sony/gobreaker v2",
+	One:  func(next http.RoundTripper, cfg harness.Config) http.RoundTripper { return New(next, cfg) },
+	PerHost: func(next http.RoundTripper, cfg harness.Config) http.RoundTripper {
+		return harness.NewHostMap(func() http.RoundTripper { return New(next, cfg) })
+	},
+	Open: map[string]harness.OpenMode{"error": {
+		Wrap:     func(next http.RoundTripper, cfg harness.Config) http.RoundTripper { return New(next, cfg) },
+		Rejected: harness.IsErr(gb.ErrOpenState),
+	}},
+}
