@@ -3,7 +3,6 @@ package httpbreaker
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -133,6 +132,8 @@ func rejection(req *http.Request, retry time.Duration) *http.Response {
 	if secs < 1 {
 		secs = 1
 	}
+	// One backing array for the three values; each response has its own.
+	vals := [...]string{"text/plain; charset=utf-8", "no-store", strconv.FormatInt(secs, 10)}
 	return &http.Response{
 		Status:     "503 Service Unavailable",
 		StatusCode: http.StatusServiceUnavailable,
@@ -140,11 +141,11 @@ func rejection(req *http.Request, retry time.Duration) *http.Response {
 		ProtoMajor: 1,
 		ProtoMinor: 1,
 		Header: http.Header{
-			"Content-Type":  {"text/plain; charset=utf-8"},
-			"Cache-Control": {"no-store"},
-			"Retry-After":   {strconv.FormatInt(secs, 10)},
+			"Content-Type":  vals[0:1:1],
+			"Cache-Control": vals[1:2:2],
+			"Retry-After":   vals[2:3:3],
 		},
-		Body:          io.NopCloser(strings.NewReader(rejectBody)),
+		Body:          &rejectReader{Reader: *strings.NewReader(rejectBody)},
 		ContentLength: int64(len(rejectBody)),
 		Request:       req.WithContext(rejectedCtx{req.Context()}),
 	}
@@ -174,3 +175,9 @@ func (t *Transport) rejectedError(b *breaker, reason rejectReason, now int64) *R
 	}
 	return &RejectedError{Key: b.key, State: StateHalfOpen, RetryAt: t.epoch.Add(time.Duration(now) + time.Second)}
 }
+
+// rejectReader is the body of a synthetic 503.
+type rejectReader struct{ strings.Reader }
+
+// Close does nothing: the body holds no resource.
+func (*rejectReader) Close() error { return nil }
