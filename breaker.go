@@ -188,7 +188,7 @@ func (b *breaker) admitState(now func() int64) (ticket, rejectReason, *transitio
 		if t < b.retryAt.Load() {
 			return ticket{start: t}, rejectOpen, nil
 		}
-		if s := b.cfg.store; s != nil && s.ProbeLease(b.key, b.cfg.maxOpenTimeout) == LeaseDenied {
+		if m := b.cfg.member; m != nil && m.ProbeLease(b.key, b.cfg.maxOpenTimeout) == LeaseDenied {
 			// Another instance probes for the fleet: stay open a little
 			// longer and ask again.
 			b.mu.Lock()

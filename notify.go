@@ -12,7 +12,7 @@ func (t *Transport) notify(tr *transition) {
 	if tr == nil {
 		return
 	}
-	if s := t.cfg.store; s != nil && !tr.fleet {
+	if s := t.cfg.member; s != nil && !tr.fleet {
 		switch tr.to {
 		case StateOpen:
 			s.Publish(Hint{Key: tr.key, State: StateOpen, RetryAt: t.epoch.Add(time.Duration(tr.retryAt))})

@@ -43,6 +43,7 @@ type config struct {
 	logger         *slog.Logger
 	registerer     prometheus.Registerer
 	store          Store
+	member         Member // this Transport's place in store; set by New
 
 	// errs collects invalid option values; New panics with the first.
 	errs []string

@@ -23,23 +23,32 @@ import (
 // If a Store also has a method Errors() uint64 (a count of failed
 // operations), WithMetrics exports it as breaker_store_errors_total.
 type Store interface {
-	// Publish announces a local transition to the fleet: a breaker that
-	// opened (State StateOpen, with RetryAt) or closed (StateClosed). It
-	// must not block; a Store may drop hints it cannot send.
-	Publish(Hint)
-	// Subscribe registers f to receive the hints other Transports
-	// published; it is called once per Transport, by New. f is safe for
-	// concurrent use and returns quickly; a Store may deliver a Transport's
-	// own hints back to it, which f ignores.
-	Subscribe(f func(Hint))
+	// Join attaches a Transport, once, when New runs: f receives the hints
+	// published by every other member (other instances, and other
+	// Transports on this Store), and the returned Member is how this
+	// Transport publishes and asks for the probe lease. f is safe for
+	// concurrent use and returns quickly. A Store keeps its members for
+	// its lifetime: give a short-lived Transport no Store, or a Store of
+	// its own that you Close with it.
+	Join(f func(Hint)) Member
 	// Lookup returns the latest hint known for key, from memory. A
 	// Transport calls it when it makes a breaker, to learn an outage the
 	// fleet already knows.
 	Lookup(key string) (Hint, bool)
-	// ProbeLease asks whether this Transport may probe key for the fleet,
+}
+
+// A Member is one Transport's place in a Store (see Store.Join).
+type Member interface {
+	// Publish announces a local transition to the other members: a
+	// breaker that opened (State StateOpen, with RetryAt) or closed
+	// (StateClosed). It must not block; a Store may drop hints it cannot
+	// send. A closed hint also gives back this member's probe lease for
+	// the key, if it holds one.
+	Publish(Hint)
+	// ProbeLease asks whether this member may probe key for the fleet,
 	// holding the lease for at most ttl (a crashed prober's lease
-	// expires). It answers from memory: LeaseGranted when this Transport
-	// holds the lease, LeaseDenied when another instance holds it or the
+	// expires). It answers from memory: LeaseGranted when this member
+	// holds the lease, LeaseDenied when another member holds it or the
 	// answer is still on its way (the Store then acquires it in the
 	// background), LeaseUnavailable when the Store cannot tell, and the
 	// Transport decides locally.
@@ -82,6 +91,7 @@ func WithStore(s Store) Option {
 			return
 		}
 		c.store = s
+		c.member = nil // joined by New
 	})
 }
 

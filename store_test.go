@@ -10,35 +10,45 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// memStore is an in-memory Store: a fleet in one process. It delivers
-// hints synchronously to every other subscriber.
+// memStore is an in-memory Store: a fleet in one process. It delivers a
+// member's hints synchronously to every other member.
 type memStore struct {
 	mu        sync.Mutex
-	subs      []func(Hint)
+	members   []*memMember
 	published []Hint
 	latest    map[string]Hint
-	lease     Lease
+	lease     Lease // the answer to every ProbeLease
 	leaseAsks int
 	errors    uint64
 }
 
+type memMember struct {
+	s *memStore
+	f func(Hint)
+}
+
 func newMemStore() *memStore { return &memStore{latest: map[string]Hint{}, lease: LeaseUnavailable} }
 
-func (s *memStore) Publish(h Hint) {
+func (s *memStore) Join(f func(Hint)) Member {
+	m := &memMember{s: s, f: f}
+	s.mu.Lock()
+	s.members = append(s.members, m)
+	s.mu.Unlock()
+	return m
+}
+
+func (m *memMember) Publish(h Hint) {
+	s := m.s
 	s.mu.Lock()
 	s.published = append(s.published, h)
 	s.latest[h.Key] = h
-	subs := append([]func(Hint){}, s.subs...)
+	members := append([]*memMember{}, s.members...)
 	s.mu.Unlock()
-	for _, f := range subs {
-		f(h) // the publisher gets its own hint back too, and ignores it
+	for _, o := range members {
+		if o != m {
+			o.f(h)
+		}
 	}
-}
-
-func (s *memStore) Subscribe(f func(Hint)) {
-	s.mu.Lock()
-	s.subs = append(s.subs, f)
-	s.mu.Unlock()
 }
 
 func (s *memStore) Lookup(key string) (Hint, bool) {
@@ -48,7 +58,8 @@ func (s *memStore) Lookup(key string) (Hint, bool) {
 	return h, ok
 }
 
-func (s *memStore) ProbeLease(string, time.Duration) Lease {
+func (m *memMember) ProbeLease(string, time.Duration) Lease {
+	s := m.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.leaseAsks++
@@ -62,6 +73,9 @@ func (s *memStore) hints() []Hint {
 	defer s.mu.Unlock()
 	return append([]Hint(nil), s.published...)
 }
+
+// publish sends h as if from another instance.
+func (s *memStore) publish(h Hint) { (&memMember{s: s}).Publish(h) }
 
 func TestStorePublishesOpenAndClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -113,16 +127,16 @@ func TestStoreHintsAreClampedAndValidated(t *testing.T) {
 		s := newMemStore()
 		tr := New(newDep(200), WithStore(s), WithMaxOpenTimeout(time.Minute))
 		_, _ = get(t, tr, testURL)
-		s.Publish(Hint{Key: testKey, State: StateOpen, RetryAt: time.Now().Add(-time.Second)}) // past
+		s.publish(Hint{Key: testKey, State: StateOpen, RetryAt: time.Now().Add(-time.Second)}) // past
 		require.Equal(t, StateClosed, tr.State(testKey))
-		s.Publish(Hint{Key: testKey, State: State(9), RetryAt: time.Now().Add(time.Hour)}) // nonsense
+		s.publish(Hint{Key: testKey, State: State(9), RetryAt: time.Now().Add(time.Hour)}) // nonsense
 		require.Equal(t, StateClosed, tr.State(testKey))
-		s.Publish(Hint{Key: "other.test", State: StateOpen, RetryAt: time.Now().Add(time.Hour)})
+		s.publish(Hint{Key: "other.test", State: StateOpen, RetryAt: time.Now().Add(time.Hour)})
 		require.Len(t, tr.Snapshot(), 1, "a hint creates no breaker")
-		s.Publish(Hint{Key: testKey, State: StateOpen, RetryAt: time.Now().Add(100 * 365 * 24 * time.Hour)})
+		s.publish(Hint{Key: testKey, State: StateOpen, RetryAt: time.Now().Add(100 * 365 * 24 * time.Hour)})
 		require.Equal(t, StateOpen, tr.State(testKey))
 		require.Equal(t, time.Minute, time.Until(tr.Snapshot()[0].RetryAt), "clamped to MaxOpenTimeout")
-		s.Publish(Hint{Key: testKey, State: StateClosed})
+		s.publish(Hint{Key: testKey, State: StateClosed})
 		require.Equal(t, StateClosed, tr.State(testKey), "a closed hint closes")
 	})
 }
@@ -185,4 +199,14 @@ func TestStoreErrorsMetric(t *testing.T) {
 func TestStoreAbsentChangesNothing(t *testing.T) {
 	require.Nil(t, New(nil).cfg.store)
 	require.Panics(t, func() { New(nil, WithStore(nil)) })
+}
+
+type nilMemberStore struct{ memStore }
+
+func (*nilMemberStore) Join(func(Hint)) Member { return nil }
+
+func TestStoreJoinMustReturnAMember(t *testing.T) {
+	require.PanicsWithValue(t, "httpbreaker: WithStore: Store.Join returned a nil Member", func() {
+		New(nil, WithStore(&nilMemberStore{}))
+	})
 }

@@ -64,8 +64,11 @@ func New(next http.RoundTripper, opts ...Option) *Transport {
 	if cfg.registerer != nil {
 		t.registerMetrics(cfg.registerer)
 	}
-	if cfg.store != nil {
-		cfg.store.Subscribe(t.applyHint)
+	if s := t.cfg.store; s != nil {
+		t.cfg.member = s.Join(t.applyHint)
+		if t.cfg.member == nil {
+			panic("httpbreaker: WithStore: Store.Join returned a nil Member")
+		}
 	}
 	return t
 }
