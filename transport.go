@@ -120,8 +120,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.notify(tr)
 		return t.reject(req, b, reason, tk.start)
 	}
-	if t.cfg.slowCall > 0 {
-		tk.began = t.now()
+	if t.cfg.slowCall > 0 && !tk.probe {
+		tk.start = t.now() // a probe's start, read at admission, identifies its slot
 	}
 	if d, ok := req.Context().Deadline(); ok && time.Until(d) < minBudget {
 		tk.short = true
@@ -164,7 +164,7 @@ func (t *Transport) call(req *http.Request, b *breaker, tk ticket, admission *tr
 	if o == OutcomeFailure && tk.short && err != nil && callerEnded(req, t.epoch.Add(time.Duration(now))) == endedByDeadline {
 		o = OutcomeIgnored
 	}
-	if o == OutcomeSuccess && t.cfg.slowCall > 0 && time.Duration(now-tk.began) > t.cfg.slowCall {
+	if o == OutcomeSuccess && t.cfg.slowCall > 0 && time.Duration(now-tk.start) > t.cfg.slowCall {
 		o = OutcomeFailure
 	}
 	tr := b.record(tk, o, now, resp)
