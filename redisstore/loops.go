@@ -1,0 +1,448 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/httpbreaker/httpbreaker"
+	"github.com/redis/go-redis/v9"
+)
+
+// hintScript records a hint under KEYS[1] and publishes it, atomically, so
+// that the key and the message cannot tell different stories when two
+// instances write at once. ARGV: channel, message, time to live in
+// milliseconds (0: the breaker closed, delete the key).
+var hintScript = redis.NewScript(`
+if ARGV[3] == '0' then
+	redis.call('DEL', KEYS[1])
+else
+	redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+end
+return redis.call('PUBLISH', ARGV[1], ARGV[2])
+`)
+
+// publisher sends queued hints, a batch per round trip, and re-publishes
+// the open hints of this Store's members when asked (after an outage).
+func (s *Store) publisher() {
+	defer s.wg.Done()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-s.replay:
+			s.sendOwn()
+		case h := <-s.queue:
+			batch := []outHint{h}
+		drain:
+			for len(batch) < batchSize {
+				select {
+				case h := <-s.queue:
+					batch = append(batch, h)
+				default:
+					break drain
+				}
+			}
+			s.send(batch)
+		}
+	}
+}
+
+// send publishes a batch of hints, each tagged with the member that
+// published it. While the subscriber is disconnected Redis is down: the
+// hints are dropped and counted (the open ones are re-published when it is
+// back, see sendOwn). A closed hint also gives back the probe lease, if a
+// member of this Store holds it: the breaker is closed for all of them.
+func (s *Store) send(batch []outHint) {
+	if !s.subUp.Load() {
+		s.errs.Add(uint64(len(batch)))
+		return
+	}
+	ctx, cancel := s.opCtx()
+	defer cancel()
+	now := s.now()
+	pipe := s.client.Pipeline()
+	n := 0
+	for _, o := range batch {
+		h := o.h
+		w := wireHint{sender: o.by.id, key: h.Key}
+		var ttl int64
+		if h.State == httpbreaker.StateOpen {
+			left := h.RetryAt.Sub(now).Milliseconds()
+			if left <= 0 {
+				continue // stale by now: nothing to say
+			}
+			w.open, w.openFor = true, left
+			ttl = left + retrySlack.Milliseconds()
+		} else {
+			s.mu.Lock()
+			l := s.leases[h.Key]
+			delete(s.leases, h.Key)
+			s.mu.Unlock()
+			if l.kind == leaseMine && now.Before(l.until) {
+				releaseScript.Eval(ctx, pipe, []string{s.leasePrefix + h.Key}, l.holder.id)
+			}
+		}
+		hintScript.Eval(ctx, pipe, []string{s.openPrefix + h.Key}, s.channel, w.encode(), ttl)
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	cmds, err := pipe.Exec(ctx)
+	if err != nil && !isServerError(err) {
+		s.fail("publish", err)
+		return
+	}
+	for _, c := range cmds {
+		if err := c.Err(); err != nil {
+			s.garbage("publish", err)
+		}
+	}
+}
+
+// sendOwn re-publishes the open hints of this Store's members that have
+// not expired: a Redis that restarted lost them, and instances that were
+// cut off missed them.
+func (s *Store) sendOwn() {
+	now := s.now()
+	var batch []outHint
+	s.mu.Lock()
+	for k, o := range s.own {
+		if !o.retryAt.After(now) {
+			delete(s.own, k)
+			continue
+		}
+		batch = append(batch, outHint{h: httpbreaker.Hint{Key: k, State: httpbreaker.StateOpen, RetryAt: o.retryAt}, by: o.by})
+	}
+	s.mu.Unlock()
+	for len(batch) > 0 && s.ctx.Err() == nil {
+		n := min(len(batch), batchSize)
+		s.send(batch[:n])
+		batch = batch[n:]
+	}
+}
+
+// subscriber owns the subscription: it receives hints, queues them for
+// delivery to the members, resynchronises periodically and after every
+// (re)connection, and tells when Redis is up or down. Everything that
+// changes the known hints from Redis runs on it, so they apply in order.
+//
+// A subscription can die silently (a half-open TCP connection after a
+// network partition): nothing arrives, which looks like a quiet fleet. So
+// the subscriber PINGs every ResyncInterval, and a subscription that has
+// not answered for pingGrace after that is replaced.
+func (s *Store) subscriber() {
+	defer s.wg.Done()
+	ps := s.newPubSub()
+	defer func() { ps.Close() }()
+	backoff := minBackoff
+	var nextSync, lastPing time.Time
+	lastRecv := time.Now()
+	for s.ctx.Err() == nil {
+		msg, err := ps.ReceiveTimeout(s.ctx, receiveTick)
+		now := time.Now()
+		if err != nil && !isTimeout(err) {
+			if s.ctx.Err() != nil {
+				return
+			}
+			s.subUp.Store(false)
+			s.fail("subscribe", err)
+			select {
+			case <-s.ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, maxBackoff)
+			lastRecv = time.Now()
+			continue
+		}
+		if err == nil {
+			lastRecv = now
+		}
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				// (Re)connected: anything may have been missed.
+				backoff = minBackoff
+				s.subUp.Store(true)
+				nextSync = time.Time{}
+			}
+		case *redis.Message:
+			s.handleMessage(m.Payload)
+		}
+		if s.subUp.Load() {
+			if now.Sub(lastRecv) > s.opt.ResyncInterval+pingGrace {
+				s.subUp.Store(false)
+				s.fail("subscribe", errNoPong)
+				ps.Close()
+				ps = s.newPubSub()
+				lastRecv = time.Now()
+				continue
+			}
+			if now.Sub(lastPing) >= s.opt.ResyncInterval {
+				lastPing = now
+				ctx, cancel := s.opCtx()
+				_ = ps.Ping(ctx) // a failure shows in the next receive
+				cancel()
+			}
+		}
+		s.maintain(&nextSync)
+	}
+}
+
+// errNoPong is why a silent subscription is replaced.
+var errNoPong = errors.New("redisstore: subscription did not answer PING")
+
+// newPubSub returns a PubSub on the hints channel. Subscribing records the
+// channel even when it fails; every reconnection in ReceiveTimeout
+// subscribes to it again.
+func (s *Store) newPubSub() *redis.PubSub {
+	ps := s.client.Subscribe(s.ctx) // no channel yet: no I/O
+	_ = ps.Subscribe(s.ctx, s.channel)
+	return ps
+}
+
+// maintain resynchronises when it is due: every ResyncInterval, at once
+// after a (re)connection (next is zero then), and every unhealthyRetry
+// while subscribed but not healthy (a Redis call failed). A successful
+// resync makes the Store healthy.
+func (s *Store) maintain(next *time.Time) {
+	if !s.subUp.Load() {
+		return
+	}
+	now := time.Now()
+	due := *next
+	if retry := s.lastSync.Add(unhealthyRetry); !s.healthy.Load() && retry.Before(due) {
+		due = retry
+	}
+	if now.Before(due) {
+		return
+	}
+	s.lastSync = now
+	if err := s.resync(); err != nil {
+		s.fail("resync", err)
+		*next = now.Add(unhealthyRetry)
+		return
+	}
+	*next = now.Add(s.opt.ResyncInterval)
+	s.recovered()
+}
+
+// isTimeout reports whether err is the subscriber's receive timing out
+// with nothing to read.
+func isTimeout(err error) bool {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// handleMessage takes one message from the hints channel.
+//
+// A hint published by one of this Store's members comes back through
+// Redis too: it is delivered to the other members (they had it in
+// process already, and hints are idempotent), never to the member that
+// published it, and it changes nothing in memory, which Publish updated.
+// It is dropped if a later Publish of this Store has superseded it (a
+// close after the open that comes back, or the reverse), so that an echo
+// cannot reopen, even for a moment, a breaker the fleet has closed since.
+func (s *Store) handleMessage(payload string) {
+	w, err := decodeWire(payload)
+	if err != nil {
+		s.garbage("message", err)
+		return
+	}
+	if inst, n, _ := splitSender(w.sender); inst == s.id {
+		s.mu.Lock()
+		e, open := s.hints[w.key]
+		s.mu.Unlock()
+		switch {
+		case w.open && open && e.sender == w.sender:
+			s.post(httpbreaker.Hint{Key: w.key, State: httpbreaker.StateOpen, RetryAt: e.retryAt}, n)
+		case !w.open && !open:
+			s.post(httpbreaker.Hint{Key: w.key, State: httpbreaker.StateClosed}, n)
+		}
+		return
+	}
+	now := s.now()
+	if w.open {
+		r, ok := retryAt(msDuration(w.openFor), now, s.opt.MaxOpen)
+		if !ok {
+			return
+		}
+		s.mu.Lock()
+		s.setHintLocked(w.key, hintEntry{retryAt: r, sender: w.sender}, now)
+		s.mu.Unlock()
+		s.post(httpbreaker.Hint{Key: w.key, State: httpbreaker.StateOpen, RetryAt: r}, 0)
+		return
+	}
+	s.mu.Lock()
+	delete(s.hints, w.key)
+	delete(s.own, w.key)
+	s.releaseLocked(w.key)
+	s.mu.Unlock()
+	s.post(httpbreaker.Hint{Key: w.key, State: httpbreaker.StateClosed}, 0)
+}
+
+// resync reads every open key and makes the known hints match: a hint
+// missing from memory is learnt and delivered to the members; one that is
+// gone from Redis is forgotten. A vanished key is not taken for a close
+// (it may have expired, or Redis may have restarted empty): the breakers
+// it opened run out their open period and probe, which costs at most
+// MaxOpen.
+func (s *Store) resync() error {
+	keys, err := s.scanOpen()
+	if err != nil {
+		return err
+	}
+	vals, err := s.getAll(keys)
+	if err != nil {
+		return err
+	}
+	now := s.now()
+	found := make(map[string]hintEntry, len(keys))
+	for i, k := range keys {
+		v := vals[i]
+		if v.err != nil {
+			if !errors.Is(v.err, redis.Nil) { // nil: expired since the SCAN
+				s.garbage("open key", v.err)
+			}
+			continue
+		}
+		w, err := decodeWire(v.val)
+		if err == nil && (!w.open || w.key != strings.TrimPrefix(k, s.openPrefix)) {
+			err = errGarbage
+		}
+		if err != nil {
+			s.garbage("open key", err)
+			continue
+		}
+		// The key expires retrySlack after its retry-at: Redis's clock
+		// says how long is left, whatever ours and the sender's say.
+		if v.ttl < 0 {
+			s.garbage("open key", errNoTTL)
+			continue
+		}
+		if r, ok := retryAt(v.ttl-retrySlack, now, s.opt.MaxOpen); ok {
+			found[w.key] = hintEntry{retryAt: r, sender: w.sender}
+		}
+	}
+	var news []httpbreaker.Hint
+	s.mu.Lock()
+	for k, e := range found {
+		if s.local(e.sender) {
+			continue // our members' own: s.own has it
+		}
+		if old, ok := s.hints[k]; ok && old.sender == e.sender && old.retryAt.Sub(e.retryAt).Abs() < sameHint {
+			continue // known already, give or take the clocks
+		}
+		if s.setHintLocked(k, e, now) {
+			news = append(news, httpbreaker.Hint{Key: k, State: httpbreaker.StateOpen, RetryAt: e.retryAt})
+		}
+	}
+	for k, e := range s.hints {
+		if _, ok := found[k]; !ok && !s.local(e.sender) {
+			delete(s.hints, k)
+		}
+	}
+	s.mu.Unlock()
+	for _, h := range news {
+		s.post(h, 0)
+	}
+	return nil
+}
+
+// scanOpen returns the names of the open keys, at most maxScan of them,
+// on every master of a cluster or ring.
+func (s *Store) scanOpen() ([]string, error) {
+	match := escapeGlob(s.openPrefix) + "*"
+	var keys []string
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		var cursor uint64
+		for {
+			octx, cancel := context.WithTimeout(ctx, s.opt.OpTimeout)
+			page, next, err := c.Scan(octx, cursor, match, 512).Result()
+			cancel()
+			if err != nil {
+				return err
+			}
+			for _, k := range page {
+				if len(keys) >= maxScan {
+					return nil
+				}
+				if strings.HasPrefix(k, s.openPrefix) { // always, unless Redis lies
+					keys = append(keys, k)
+				}
+			}
+			if next == 0 {
+				return nil
+			}
+			cursor = next
+		}
+	}
+	var err error
+	switch c := s.client.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(s.ctx, func(ctx context.Context, m *redis.Client) error { return scan(ctx, m) })
+	case *redis.Ring:
+		err = c.ForEachShard(s.ctx, func(ctx context.Context, m *redis.Client) error { return scan(ctx, m) })
+	default:
+		err = scan(s.ctx, s.client)
+	}
+	return keys, err
+}
+
+// errNoTTL: an open key that never expires was not written by a Store.
+var errNoTTL = errors.New("redisstore: open key without a time to live")
+
+// sameHint is how far apart two retry-ats of the same sender's hint may
+// be and still be the same hint: times computed from a message and from a
+// key's time to live differ by the message's latency.
+const sameHint = time.Second
+
+// getResult is one key's value and time to live.
+type getResult struct {
+	val string
+	ttl time.Duration // negative: no time to live
+	err error
+}
+
+// getAll reads keys with pipelined GETs and PTTLs, a round trip per 256
+// keys.
+func (s *Store) getAll(keys []string) ([]getResult, error) {
+	out := make([]getResult, 0, len(keys))
+	for len(keys) > 0 {
+		n := min(len(keys), 256)
+		ctx, cancel := s.opCtx()
+		pipe := s.client.Pipeline()
+		cmds := make([]*redis.StringCmd, n)
+		ttls := make([]*redis.DurationCmd, n)
+		for i, k := range keys[:n] {
+			cmds[i] = pipe.Get(ctx, k)
+			ttls[i] = pipe.PTTL(ctx, k)
+		}
+		_, err := pipe.Exec(ctx)
+		cancel()
+		if err != nil && !isServerError(err) && !errors.Is(err, redis.Nil) {
+			return nil, err
+		}
+		for i, c := range cmds {
+			v, err := c.Result()
+			ttl, terr := ttls[i].Result()
+			if err == nil && terr != nil {
+				err = terr
+			}
+			if ttl == -2 { // gone since the GET
+				err = redis.Nil
+			}
+			out = append(out, getResult{val: v, ttl: ttl, err: err})
+		}
+		keys = keys[n:]
+	}
+	return out, nil
+}
