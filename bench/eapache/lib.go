@@ -29,31 +29,14 @@ func New(next http.RoundTripper, cfg harness.Config) *RoundTripper {
 // RoundTrip implements http.RoundTripper.
 func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	var resp *http.Response
-	err := t.b.Run(func() error {
-		var err error
-		resp, err = t.next.RoundTrip(req)
-		if err == nil && resp.StatusCode >= 500 {
-			return harness.ErrServer
-		}
+	err := t.b.Run(func() (err error) {
+		resp, err = harness.Call(t.next, req)
 		return err
 	})
-	if err == harness.ErrServer {
-		return resp, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return resp, nil
+	return harness.Result(resp, err)
 }
 
-var Lib = harness.Lib{
-	Name: "eapache/go-resiliency",
-	One:  func(next http.RoundTripper, cfg harness.Config) http.RoundTripper { return New(next, cfg) },
-	PerHost: func(next http.RoundTripper, cfg harness.Config) http.RoundTripper {
-		return harness.NewHostMap(func() http.RoundTripper { return New(next, cfg) })
-	},
-	Open: map[string]harness.OpenMode{"error": {
-		Wrap:     func(next http.RoundTripper, cfg harness.Config) http.RoundTripper { return New(next, cfg) },
-		Rejected: harness.IsErr(breaker.ErrBreakerOpen),
-	}},
-}
+// Lib is this library in the shared scenarios.
+var Lib = harness.ErrorLib("eapache/go-resiliency",
+	func(next http.RoundTripper, cfg harness.Config) http.RoundTripper { return New(next, cfg) },
+	breaker.ErrBreakerOpen)

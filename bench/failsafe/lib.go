@@ -26,14 +26,5 @@ func New(next http.RoundTripper, cfg harness.Config) http.RoundTripper {
 	return failsafehttp.NewRoundTripper(next, cb)
 }
 
-var Lib = harness.Lib{
-	Name: "failsafe-go (failsafehttp)",
-	One:  New,
-	PerHost: func(next http.RoundTripper, cfg harness.Config) http.RoundTripper {
-		return harness.NewHostMap(func() http.RoundTripper { return New(next, cfg) })
-	},
-	Open: map[string]harness.OpenMode{"error": {
-		Wrap:     New,
-		Rejected: harness.IsErr(circuitbreaker.ErrOpen),
-	}},
-}
+// Lib is this library in the shared scenarios.
+var Lib = harness.ErrorLib("failsafe-go (failsafehttp)", New, circuitbreaker.ErrOpen)

@@ -35,27 +35,12 @@ func New(next http.RoundTripper, cfg harness.Config) *RoundTripper {
 
 // RoundTrip implements http.RoundTripper.
 func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := t.cb.Execute(func() (*http.Response, error) {
-		resp, err := t.next.RoundTrip(req)
-		if err == nil && resp.StatusCode >= 500 {
-			return resp, harness.ErrServer
-		}
-		return resp, err
-	})
-	if err == harness.ErrServer {
-		return resp, nil
-	}
-	return resp, err
+	return harness.Result(t.cb.Execute(func() (*http.Response, error) {
+		return harness.Call(t.next, req)
+	}))
 }
 
-var Lib = harness.Lib{
-	Name: "sony/gobreaker v2",
-	One:  func(next http.RoundTripper, cfg harness.Config) http.RoundTripper { return New(next, cfg) },
-	PerHost: func(next http.RoundTripper, cfg harness.Config) http.RoundTripper {
-		return harness.NewHostMap(func() http.RoundTripper { return New(next, cfg) })
-	},
-	Open: map[string]harness.OpenMode{"error": {
-		Wrap:     func(next http.RoundTripper, cfg harness.Config) http.RoundTripper { return New(next, cfg) },
-		Rejected: harness.IsErr(gb.ErrOpenState),
-	}},
-}
+// Lib is this library in the shared scenarios.
+var Lib = harness.ErrorLib("sony/gobreaker v2",
+	func(next http.RoundTripper, cfg harness.Config) http.RoundTripper { return New(next, cfg) },
+	gb.ErrOpenState)

@@ -66,11 +66,8 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	// on ch, and a late one is closed.
 	ch := make(chan *http.Response, 1)
 	err := hx.DoC(req.Context(), name, func(context.Context) error {
-		resp, err := t.next.RoundTrip(req)
+		resp, err := harness.Call(t.next, req)
 		ch <- resp
-		if err == nil && resp.StatusCode >= 500 {
-			return harness.ErrServer
-		}
 		return err
 	}, nil)
 	if err == nil || err == harness.ErrServer {

@@ -41,14 +41,7 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
-var Lib = harness.Lib{
-	Name: "resty v3",
-	One:  func(next http.RoundTripper, cfg harness.Config) http.RoundTripper { return New(next, cfg) },
-	PerHost: func(next http.RoundTripper, cfg harness.Config) http.RoundTripper {
-		return harness.NewHostMap(func() http.RoundTripper { return New(next, cfg) })
-	},
-	Open: map[string]harness.OpenMode{"error": {
-		Wrap:     func(next http.RoundTripper, cfg harness.Config) http.RoundTripper { return New(next, cfg) },
-		Rejected: harness.IsErr(resty.ErrCircuitBreakerOpen),
-	}},
-}
+// Lib is this library in the shared scenarios.
+var Lib = harness.ErrorLib("resty v3",
+	func(next http.RoundTripper, cfg harness.Config) http.RoundTripper { return New(next, cfg) },
+	resty.ErrCircuitBreakerOpen)

@@ -32,31 +32,14 @@ func New(next http.RoundTripper, cfg harness.Config) *RoundTripper {
 // RoundTrip implements http.RoundTripper.
 func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	var resp *http.Response
-	err := t.cb.CallContext(req.Context(), func() error {
-		var err error
-		resp, err = t.next.RoundTrip(req)
-		if err == nil && resp.StatusCode >= 500 {
-			return harness.ErrServer
-		}
+	err := t.cb.CallContext(req.Context(), func() (err error) {
+		resp, err = harness.Call(t.next, req)
 		return err
 	}, 0)
-	if err == harness.ErrServer {
-		return resp, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return resp, nil
+	return harness.Result(resp, err)
 }
 
-var Lib = harness.Lib{
-	Name: "rubyist/circuitbreaker",
-	One:  func(next http.RoundTripper, cfg harness.Config) http.RoundTripper { return New(next, cfg) },
-	PerHost: func(next http.RoundTripper, cfg harness.Config) http.RoundTripper {
-		return harness.NewHostMap(func() http.RoundTripper { return New(next, cfg) })
-	},
-	Open: map[string]harness.OpenMode{"error": {
-		Wrap:     func(next http.RoundTripper, cfg harness.Config) http.RoundTripper { return New(next, cfg) },
-		Rejected: harness.IsErr(circuit.ErrBreakerOpen),
-	}},
-}
+// Lib is this library in the shared scenarios.
+var Lib = harness.ErrorLib("rubyist/circuitbreaker",
+	func(next http.RoundTripper, cfg harness.Config) http.RoundTripper { return New(next, cfg) },
+	circuit.ErrBreakerOpen)

@@ -71,6 +71,43 @@ func IsErr(target error) func(*http.Response, error) bool {
 // response itself to its caller, not this error.
 var ErrServer = errors.New("bench: 5xx response")
 
+// Call sends req to next for a library that counts only errors: a 5xx
+// response comes back beside ErrServer, for the breaker to count.
+func Call(next http.RoundTripper, req *http.Request) (*http.Response, error) {
+	resp, err := next.RoundTrip(req)
+	if err == nil && resp.StatusCode >= 500 {
+		return resp, ErrServer
+	}
+	return resp, err
+}
+
+// Result is what a wrapper built on Call returns once its breaker has
+// run the call: the 5xx response itself for ErrServer, else the response
+// or the error, never both.
+func Result(resp *http.Response, err error) (*http.Response, error) {
+	switch {
+	case err == ErrServer:
+		return resp, nil
+	case err != nil:
+		return nil, err
+	}
+	return resp, nil
+}
+
+// ErrorLib describes a library without routing whose wrap puts one
+// breaker in front of next and whose open breaker fails with openErr;
+// per host, it gets a HostMap of such wrappers.
+func ErrorLib(name string, wrap Wrap, openErr error) Lib {
+	return Lib{
+		Name: name,
+		One:  wrap,
+		PerHost: func(next http.RoundTripper, cfg Config) http.RoundTripper {
+			return NewHostMap(func() http.RoundTripper { return wrap(next, cfg) })
+		},
+		Open: map[string]OpenMode{"error": {Wrap: wrap, Rejected: IsErr(openErr)}},
+	}
+}
+
 // IsFailure is the classification every peer wrapper uses: a transport
 // error or a 5xx response. (httpbreaker uses its DefaultClassifier.)
 func IsFailure(resp *http.Response, err error) bool {
