@@ -410,7 +410,6 @@ func (b *breaker) maybeTrip(w uint64, now int64, throttled bool) *transition {
 		b.mu.Unlock()
 		return nil
 	}
-	b.cycles = 0
 	tr := b.openLocked(now, b.openDuration(), "failure rate")
 	b.mu.Unlock()
 	tr.rate = float64(bad) / float64(req)
@@ -458,9 +457,7 @@ func (b *breaker) recordProbe(tk ticket, o Outcome, now int64, resp *http.Respon
 		b.probes[probeSuccess]++
 		b.successes++
 		if b.successes >= b.cfg.probesToClose {
-			b.cycles = 0
-			b.win.clear()
-			return b.setLocked(StateClosed, now, "probes succeeded")
+			return b.closeLocked(now, "probes succeeded")
 		}
 	case OutcomeFailure:
 		b.probes[probeFailure]++
@@ -496,18 +493,17 @@ func (b *breaker) trip(now int64, d time.Duration) *transition {
 func (b *breaker) reset(now int64) *transition {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	return b.closeLocked(now, "manual")
+}
+
+// closeLocked closes the breaker with its backoff and window counts
+// cleared. It starts a new generation even when the breaker was closed
+// already, so calls admitted before cannot refill the cleared window.
+// Requires mu held.
+func (b *breaker) closeLocked(now int64, reason string) *transition {
 	b.cycles = 0
 	b.win.clear()
-	if stateOf(b.word.Load()) == StateClosed {
-		// Still a new generation, so calls admitted before the reset
-		// cannot refill the cleared window.
-		w := b.word.Load()
-		b.word.Store((genOf(w) + 1) << 2)
-		b.throttleSince.Store(0)
-		b.retryHint.Store(0)
-		return nil
-	}
-	return b.setLocked(StateClosed, now, "manual")
+	return b.setLocked(StateClosed, now, reason)
 }
 
 // idle reports whether the breaker can be evicted: closed, older than a
@@ -542,9 +538,7 @@ func (b *breaker) applyHint(h Hint, now int64, wall time.Time) *transition {
 	case StateClosed:
 		b.mu.Lock()
 		if stateOf(b.word.Load()) != StateClosed {
-			b.cycles = 0
-			b.win.clear()
-			tr = b.setLocked(StateClosed, now, "fleet")
+			tr = b.closeLocked(now, "fleet")
 		}
 		b.mu.Unlock()
 	}

@@ -158,7 +158,7 @@ func (t *Transport) rejectedError(b *breaker, reason rejectReason, now int64) *R
 	switch reason {
 	case rejectOpen:
 		ra := b.retryAt.Load()
-		if e := b.openErr.Load(); e != nil && e.at == ra && e.Key == b.key {
+		if e := b.openErr.Load(); e != nil && e.at == ra {
 			return e
 		}
 		e := &RejectedError{Key: b.key, State: StateOpen, RetryAt: t.epoch.Add(time.Duration(ra)), at: ra}

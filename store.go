@@ -91,7 +91,6 @@ func WithStore(s Store) Option {
 			return
 		}
 		c.store = s
-		c.member = nil // joined by New
 	})
 }
 

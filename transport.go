@@ -178,8 +178,8 @@ func (t *Transport) call(req *http.Request, b *breaker, tk ticket, admission *tr
 // needed, or nil when the cap leaves no room even for the host key.
 func (t *Transport) breakerFor(req *http.Request) *breaker {
 	key := t.cfg.keyFunc(req)
-	if v, ok := t.breakers.Load(key); ok {
-		return v.(*breaker)
+	if b := t.lookup(key); b != nil {
+		return b
 	}
 	b, created := t.create(req, key)
 	if created && t.cfg.store != nil {
