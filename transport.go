@@ -178,8 +178,9 @@ func (t *Transport) call(req *http.Request, b *breaker, tk ticket, admission *tr
 // needed, or nil when the cap leaves no room even for the host key.
 func (t *Transport) breakerFor(req *http.Request) *breaker {
 	key := t.cfg.keyFunc(req)
-	if b := t.lookup(key); b != nil {
-		return b
+	// lookup, written out: it is too big to inline on the hot path.
+	if v, ok := t.breakers.Load(key); ok {
+		return v.(*breaker)
 	}
 	b, created := t.create(req, key)
 	if created && t.cfg.store != nil {
