@@ -101,6 +101,33 @@ func (c *config) validate() {
 	}
 }
 
+// intOption is an Option that applies set when n is at least least, and
+// otherwise reports option as invalid.
+func intOption(option string, n, least int, set func(*config)) Option {
+	return optionFunc(func(c *config) {
+		if n < least {
+			c.invalid(option, "must be at least %d, got %d", least, n)
+			return
+		}
+		set(c)
+	})
+}
+
+// durationOption is an Option that applies set when d is positive (or,
+// unless positive is set, zero), and otherwise reports option as invalid.
+func durationOption(option string, d time.Duration, positive bool, set func(*config)) Option {
+	return optionFunc(func(c *config) {
+		switch {
+		case positive && d <= 0:
+			c.invalid(option, "must be positive, got %v", d)
+		case d < 0:
+			c.invalid(option, "must not be negative, got %v", d)
+		default:
+			set(c)
+		}
+	})
+}
+
 // bucketCount is the number of buckets a rolling window is divided into.
 const bucketCount = 10
 
@@ -164,13 +191,7 @@ func WithWindow(d time.Duration) Option {
 // failures and 429s) in the window before the breaker may trip [20].
 // n must be at least 1.
 func WithMinRequests(n int) Option {
-	return optionFunc(func(c *config) {
-		if n < 1 {
-			c.invalid("WithMinRequests", "minimum requests must be at least 1, got %d", n)
-			return
-		}
-		c.minRequests = int64(n)
-	})
+	return intOption("WithMinRequests", n, 1, func(c *config) { c.minRequests = int64(n) })
 }
 
 // WithFailureRate sets the failure rate at which the breaker trips: it
@@ -190,13 +211,7 @@ func WithFailureRate(r float64) Option {
 // even when it succeeds [0: off]. Zero turns the check off; a negative d
 // panics. Setting it costs one more clock read per request.
 func WithSlowCallThreshold(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if d < 0 {
-			c.invalid("WithSlowCallThreshold", "threshold must not be negative, got %v", d)
-			return
-		}
-		c.slowCall = d
-	})
+	return durationOption("WithSlowCallThreshold", d, false, func(c *config) { c.slowCall = d })
 }
 
 // WithOpenTimeout sets the base open duration [5s]: how long a breaker
@@ -204,13 +219,7 @@ func WithSlowCallThreshold(d time.Duration) Option {
 // each consecutive failed probe cycle, up to WithMaxOpenTimeout. d must be
 // positive.
 func WithOpenTimeout(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if d <= 0 {
-			c.invalid("WithOpenTimeout", "open timeout must be positive, got %v", d)
-			return
-		}
-		c.openTimeout = d
-	})
+	return durationOption("WithOpenTimeout", d, true, func(c *config) { c.openTimeout = d })
 }
 
 // WithMaxOpenTimeout caps the open duration after backoff and after an
@@ -219,13 +228,7 @@ func WithOpenTimeout(d time.Duration) Option {
 // slot and counts as failed. d must be positive and not shorter than the
 // open timeout.
 func WithMaxOpenTimeout(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if d <= 0 {
-			c.invalid("WithMaxOpenTimeout", "maximum open timeout must be positive, got %v", d)
-			return
-		}
-		c.maxOpenTimeout = d
-	})
+	return durationOption("WithMaxOpenTimeout", d, true, func(c *config) { c.maxOpenTimeout = d })
 }
 
 // WithJitter spreads open durations: each is drawn uniformly from
@@ -245,25 +248,13 @@ func WithJitter(f float64) Option {
 // breaker is half-open [1]; every other request is rejected at once. n must
 // be at least 1.
 func WithHalfOpenProbes(n int) Option {
-	return optionFunc(func(c *config) {
-		if n < 1 {
-			c.invalid("WithHalfOpenProbes", "probes must be at least 1, got %d", n)
-			return
-		}
-		c.halfOpenProbes = int64(n)
-	})
+	return intOption("WithHalfOpenProbes", n, 1, func(c *config) { c.halfOpenProbes = int64(n) })
 }
 
 // WithProbesToClose sets how many consecutive successful probes close a
 // half-open breaker [3]. n must be at least 1.
 func WithProbesToClose(n int) Option {
-	return optionFunc(func(c *config) {
-		if n < 1 {
-			c.invalid("WithProbesToClose", "probes to close must be at least 1, got %d", n)
-			return
-		}
-		c.probesToClose = int64(n)
-	})
+	return intOption("WithProbesToClose", n, 1, func(c *config) { c.probesToClose = int64(n) })
 }
 
 // WithThrottleSustain sets how long 429 responses must persist before they
@@ -272,13 +263,7 @@ func WithProbesToClose(n int) Option {
 // MinRequests outcomes for d without interruption. Zero makes such 429s
 // count at once; a negative d panics.
 func WithThrottleSustain(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if d < 0 {
-			c.invalid("WithThrottleSustain", "sustain must not be negative, got %v", d)
-			return
-		}
-		c.throttleSust = d
-	})
+	return durationOption("WithThrottleSustain", d, false, func(c *config) { c.throttleSust = d })
 }
 
 // WithMaxConcurrent sets a bulkhead: at most n calls in flight per key;
@@ -286,13 +271,7 @@ func WithThrottleSustain(d time.Duration) Option {
 // ErrBulkheadFull (and ErrOpen) [0: unlimited]. Zero means unlimited; a
 // negative n panics.
 func WithMaxConcurrent(n int) Option {
-	return optionFunc(func(c *config) {
-		if n < 0 {
-			c.invalid("WithMaxConcurrent", "limit must not be negative, got %d", n)
-			return
-		}
-		c.maxConcurrent = int64(n)
-	})
+	return intOption("WithMaxConcurrent", n, 0, func(c *config) { c.maxConcurrent = int64(n) })
 }
 
 // WithMaxBreakers caps the number of live breakers in a Transport [1000].
@@ -301,13 +280,7 @@ func WithMaxConcurrent(n int) Option {
 // the request goes through unprotected. Open and half-open breakers are
 // never evicted. n must be at least 1.
 func WithMaxBreakers(n int) Option {
-	return optionFunc(func(c *config) {
-		if n < 1 {
-			c.invalid("WithMaxBreakers", "maximum must be at least 1, got %d", n)
-			return
-		}
-		c.maxBreakers = n
-	})
+	return intOption("WithMaxBreakers", n, 1, func(c *config) { c.maxBreakers = n })
 }
 
 // WithFallback sets a function called instead of the synthetic 503 when a
