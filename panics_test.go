@@ -78,6 +78,29 @@ func panicClassifier(on *bool) Classifier {
 	}
 }
 
+func TestPanicInNextFreesTheProbeSlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(500)
+		tr := tripped(t, d)
+		time.Sleep(time.Second)
+		panicky := true
+		tr.next = rtFunc(func(r *http.Request) (*http.Response, error) {
+			if panicky {
+				panic("next blew up")
+			}
+			return d.RoundTrip(r)
+		})
+		require.PanicsWithValue(t, "next blew up", func() { _, _ = tr.RoundTrip(mustReq(t, testURL)) })
+		panicky = false
+		d.set(200, nil)
+		before := d.calls.Load()
+		_, err := get(t, tr, testURL)
+		require.NoError(t, err)
+		require.Equal(t, before+1, d.calls.Load(), "the slot was freed: the next call is a probe")
+		require.Equal(t, StateHalfOpen, tr.State(testKey))
+	})
+}
+
 func TestPanicInClassifierFreesTheProbeSlot(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newDep(500)

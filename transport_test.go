@@ -398,29 +398,6 @@ func TestNextBreakingTheContract(t *testing.T) {
 	require.ErrorContains(t, err, "nil response and a nil error")
 }
 
-func TestPanicInNextFreesTheProbeSlot(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		d := newDep(500)
-		tr := tripped(t, d)
-		time.Sleep(time.Second)
-		panicky := true
-		tr.next = rtFunc(func(r *http.Request) (*http.Response, error) {
-			if panicky {
-				panic("next blew up")
-			}
-			return d.RoundTrip(r)
-		})
-		require.PanicsWithValue(t, "next blew up", func() { _, _ = tr.RoundTrip(mustReq(t, testURL)) })
-		panicky = false
-		d.set(200, nil)
-		before := d.calls.Load()
-		_, err := get(t, tr, testURL)
-		require.NoError(t, err)
-		require.Equal(t, before+1, d.calls.Load(), "the slot was freed: the next call is a probe")
-		require.Equal(t, StateHalfOpen, tr.State(testKey))
-	})
-}
-
 func TestTripAndReset(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newDep(200)
