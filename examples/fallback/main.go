@@ -155,7 +155,8 @@ func call(ctx context.Context, c *http.Client, method, url, body string, header 
 	return resp.StatusCode, resp.Header, string(b), err
 }
 
-// server is the storefront on a loopback port.
+// server is an HTTP server on a loopback port: the storefront, or the
+// upstream.
 type server struct {
 	url  string
 	srv  *http.Server
@@ -176,7 +177,7 @@ func serve(h http.Handler) (*server, error) {
 	go func() {
 		defer close(s.done)
 		if err := s.srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Printf("fallback: storefront: %v", err)
+			log.Printf("fallback: server: %v", err)
 		}
 	}()
 	return s, nil

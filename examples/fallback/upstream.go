@@ -2,14 +2,9 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"log"
-	"net"
 	"net/http"
 	"sync/atomic"
-	"time"
 )
 
 // upstream plays the storefront's three dependencies on one loopback
@@ -17,31 +12,23 @@ import (
 // production they would be three services with three hosts; each gets its
 // own client and its own breaker in the storefront either way.
 type upstream struct {
-	url  string
-	srv  *http.Server
-	done chan struct{} // closed when Serve returns
+	*server
 
 	payments atomic.Int64 // payments captured
 }
 
 // startUpstream serves the three dependencies on 127.0.0.1.
 func startUpstream() (*upstream, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	u := &upstream{url: "http://" + l.Addr().String(), done: make(chan struct{})}
+	u := &upstream{}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /products/{id}", u.product)
 	mux.HandleFunc("GET /recommendations/{user}", u.recommendations)
 	mux.HandleFunc("POST /payments", u.pay)
-	u.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
-	go func() {
-		defer close(u.done)
-		if err := u.srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Printf("fallback: upstream: %v", err)
-		}
-	}()
+	s, err := serve(mux)
+	if err != nil {
+		return nil, err
+	}
+	u.server = s
 	return u, nil
 }
 
