@@ -286,21 +286,26 @@ var defaultList = []string{"p-1", "p-2", "p-3"}
 // X-Degraded header.
 func defaultRecommendations(req *http.Request, _ error) (*http.Response, error) {
 	body, _ := json.Marshal(recommendations{Items: defaultList, Degraded: true})
+	return ok200(req, http.Header{
+		"Content-Type":  {"application/json"},
+		"Cache-Control": {"no-store"},
+		"X-Degraded":    {"true"},
+	}, body), nil
+}
+
+// ok200 is a fallback's own 200 response for req.
+func ok200(req *http.Request, h http.Header, body []byte) *http.Response {
 	return &http.Response{
-		Status:     "200 OK",
-		StatusCode: http.StatusOK,
-		Proto:      "HTTP/1.1",
-		ProtoMajor: 1,
-		ProtoMinor: 1,
-		Header: http.Header{
-			"Content-Type":  {"application/json"},
-			"Cache-Control": {"no-store"},
-			"X-Degraded":    {"true"},
-		},
+		Status:        "200 OK",
+		StatusCode:    http.StatusOK,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        h,
 		Body:          io.NopCloser(bytes.NewReader(body)),
 		ContentLength: int64(len(body)),
 		Request:       req,
-	}, nil
+	}
 }
 
 // cached is a good response kept for when the dependency is down.
@@ -347,22 +352,12 @@ func (c *staleCache) response(req *http.Request) *http.Response {
 		return nil
 	}
 	age := max(c.clock().Sub(e.stored), 0)
-	return &http.Response{
-		Status:     "200 OK",
-		StatusCode: http.StatusOK,
-		Proto:      "HTTP/1.1",
-		ProtoMajor: 1,
-		ProtoMinor: 1,
-		Header: http.Header{
-			"Content-Type":  {e.ctype},
-			"Age":           {strconv.FormatInt(int64(age/time.Second), 10)},
-			"X-Cache":       {"stale"},
-			"Cache-Control": {"no-store"},
-		},
-		Body:          io.NopCloser(bytes.NewReader(e.body)),
-		ContentLength: int64(len(e.body)),
-		Request:       req,
-	}
+	return ok200(req, http.Header{
+		"Content-Type":  {e.ctype},
+		"Age":           {strconv.FormatInt(int64(age/time.Second), 10)},
+		"X-Cache":       {"stale"},
+		"Cache-Control": {"no-store"},
+	}, e.body)
 }
 
 // fallback is the catalogue's WithFallback: the stale copy, or, with
