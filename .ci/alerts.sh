@@ -5,22 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v promtool >/dev/null 2>&1; then
-	if [ -r /etc/debian_version ] && command -v apt-get >/dev/null 2>&1; then
-		sudo=""
-		if [ "$(id -u)" -ne 0 ]; then
-			sudo="sudo"
-		fi
-		echo "--- installing promtool (Debian package prometheus)"
-		export DEBIAN_FRONTEND=noninteractive
-		$sudo apt-get update -qq
-		$sudo apt-get install -y -qq --no-install-recommends prometheus >/dev/null
-	fi
-fi
-if ! command -v promtool >/dev/null 2>&1; then
-	echo "alerts.sh: promtool not found and could not be installed (apt-get install prometheus)" >&2
-	exit 1
-fi
+. .ci/need.sh
+need promtool prometheus
 
 cd examples/alerts
 promtool --version

@@ -11,22 +11,8 @@ cd "$(dirname "$0")/.."
 # Never fetch another Go toolchain behind our back.
 export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
 
-if ! command -v redis-server >/dev/null 2>&1; then
-	if [ -r /etc/debian_version ] && command -v apt-get >/dev/null 2>&1; then
-		sudo=""
-		if [ "$(id -u)" -ne 0 ]; then
-			sudo="sudo"
-		fi
-		echo "--- installing redis-server (Debian package redis-server)"
-		export DEBIAN_FRONTEND=noninteractive
-		$sudo apt-get update -qq
-		$sudo apt-get install -y -qq --no-install-recommends redis-server >/dev/null
-	fi
-fi
-if ! command -v redis-server >/dev/null 2>&1; then
-	echo "redis.sh: redis-server not found and could not be installed (apt-get install redis-server)" >&2
-	exit 1
-fi
+. .ci/need.sh
+need redis-server redis-server
 # The package may start a system service on 6379; the tests never use it.
 redis-server --version
 
