@@ -113,3 +113,28 @@ func TestEvictionTakesIdleClosedBreakersOnly(t *testing.T) {
 		require.Equal(t, StateOpen, tr.State("down.test"))
 	})
 }
+
+func TestEvictionNeverTakesAHalfOpenBreaker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(500)
+		gate := make(chan struct{})
+		next := rtFunc(func(r *http.Request) (*http.Response, error) {
+			if r.URL.Host == "probing.test" && d.calls.Load() > 0 {
+				<-gate // the probe hangs
+			}
+			return d.RoundTrip(r)
+		})
+		tr := New(next, WithMaxBreakers(1), WithMinRequests(1), WithJitter(0), WithOpenTimeout(time.Second))
+		_, _ = get(t, tr, "http://probing.test/") // opens
+		time.Sleep(time.Second)
+		done := make(chan struct{})
+		go func() { _, _ = get(t, tr, "http://probing.test/"); close(done) }()
+		synctest.Wait()
+		time.Sleep(11 * time.Second) // a quiet window: only its probe is in flight
+		require.Equal(t, StateHalfOpen, tr.State("probing.test"))
+		_, _ = get(t, tr, "http://newcomer.test/")
+		require.Equal(t, []string{"probing.test"}, keys(tr), "the half-open breaker keeps its place")
+		close(gate)
+		<-done
+	})
+}
