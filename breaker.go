@@ -109,8 +109,9 @@ type transition struct {
 // one clock read. Every transition happens under mu, exactly once: it
 // checks that the generation it saw is still current.
 type breaker struct {
-	key string
-	cfg *config
+	key  string
+	hash uint64 // of key in the Transport's table; set before it is published
+	cfg  *config
 
 	// word is gen<<2 | state. Written only with mu held.
 	word atomic.Uint64

@@ -115,8 +115,7 @@ func (b *breaker) metrics(now int64) breakerMetrics {
 // Collect implements prometheus.Collector.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	now := c.t.now()
-	c.t.breakers.Range(func(_, v any) bool {
-		b := v.(*breaker)
+	c.t.breakers.each(func(b *breaker) bool {
 		m := b.metrics(now)
 		c.emit(ch, b.key, &m)
 		return true

@@ -64,8 +64,8 @@ func (t *Transport) Snapshot() []Status {
 	now := t.now()
 	var out []Status
 	var trs []*transition
-	t.breakers.Range(func(_, v any) bool {
-		s, tr := v.(*breaker).status(now, t.epoch)
+	t.breakers.each(func(b *breaker) bool {
+		s, tr := b.status(now, t.epoch)
 		out = append(out, s)
 		if tr != nil {
 			trs = append(trs, tr)

@@ -31,10 +31,9 @@ type Transport struct {
 	cfg   config
 	epoch time.Time // clock zero: breakers keep time as nanoseconds since epoch
 
-	breakers sync.Map // key string → *breaker
+	breakers *breakerTable // written with mu held
 
 	mu        sync.Mutex // guards creation and eviction of breakers
-	count     int        // live breakers; guarded by mu
 	nextEvict int64      // clock time before which no breaker can be idle; guarded by mu
 }
 
@@ -60,7 +59,7 @@ func New(next http.RoundTripper, opts ...Option) *Transport {
 	if next == nil {
 		next = cleanhttp.DefaultPooledTransport()
 	}
-	t := &Transport{next: next, cfg: cfg, epoch: time.Now()}
+	t := &Transport{next: next, cfg: cfg, epoch: time.Now(), breakers: newBreakerTable()}
 	if cfg.registerer != nil {
 		t.registerMetrics(cfg.registerer)
 	}
@@ -178,9 +177,8 @@ func (t *Transport) call(req *http.Request, b *breaker, tk ticket, admission *tr
 // needed, or nil when the cap leaves no room even for the host key.
 func (t *Transport) breakerFor(req *http.Request) *breaker {
 	key := t.cfg.keyFunc(req)
-	// lookup, written out: it is too big to inline on the hot path.
-	if v, ok := t.breakers.Load(key); ok {
-		return v.(*breaker)
+	if b := t.breakers.get(key); b != nil {
+		return b
 	}
 	b, created := t.create(req, key)
 	if created && t.cfg.store != nil {
@@ -202,14 +200,13 @@ func (t *Transport) create(req *http.Request, key string) (*breaker, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for {
-		if v, ok := t.breakers.Load(key); ok {
-			return v.(*breaker), false
+		if b := t.breakers.get(key); b != nil {
+			return b, false
 		}
 		now := t.now()
-		if t.count < t.cfg.maxBreakers || t.evictLocked(now) {
+		if t.breakers.live < t.cfg.maxBreakers || t.evictLocked(now) {
 			b := newBreaker(key, &t.cfg, now)
-			t.breakers.Store(key, b)
-			t.count++
+			t.breakers.insert(b)
 			return b, true
 		}
 		host := HostKey(req)
@@ -229,8 +226,7 @@ func (t *Transport) evictLocked(now int64) bool {
 		return false
 	}
 	var victim *breaker
-	t.breakers.Range(func(_, v any) bool {
-		b := v.(*breaker)
+	t.breakers.each(func(b *breaker) bool {
 		if b.idle(now) {
 			victim = b
 			return false
@@ -241,17 +237,8 @@ func (t *Transport) evictLocked(now int64) bool {
 		t.nextEvict = now + int64(t.cfg.window)/bucketCount
 		return false
 	}
-	t.breakers.Delete(victim.key)
-	t.count--
+	t.breakers.remove(victim)
 	return true
-}
-
-// lookup returns the live breaker for key, or nil.
-func (t *Transport) lookup(key string) *breaker {
-	if v, ok := t.breakers.Load(key); ok {
-		return v.(*breaker)
-	}
-	return nil
 }
 
 // CloseIdleConnections closes idle connections of the next RoundTripper,
@@ -267,7 +254,7 @@ func (t *Transport) CloseIdleConnections() {
 // without a live breaker. An open breaker whose open period has ended
 // reports StateHalfOpen: the next request will be a probe.
 func (t *Transport) State(key string) State {
-	b := t.lookup(key)
+	b := t.breakers.get(key)
 	if b == nil {
 		return StateClosed
 	}
@@ -284,7 +271,7 @@ func (t *Transport) Trip(key string, d time.Duration) {
 	if d <= 0 {
 		return
 	}
-	b := t.lookup(key)
+	b := t.breakers.get(key)
 	if b == nil {
 		b = t.createKey(key)
 		if b == nil {
@@ -310,7 +297,7 @@ func (t *Transport) createKey(key string) *breaker {
 // applyHint takes a hint from the Store for a live breaker. Hints for keys
 // without a breaker are learnt through Store.Lookup when one is made.
 func (t *Transport) applyHint(h Hint) {
-	if b := t.lookup(h.Key); b != nil {
+	if b := t.breakers.get(h.Key); b != nil {
 		t.notify(b.applyHint(h, t.now(), time.Now()))
 	}
 }
@@ -318,7 +305,7 @@ func (t *Transport) applyHint(h Hint) {
 // Reset closes key's breaker and clears its counts and backoff. It does
 // nothing for a key without a live breaker.
 func (t *Transport) Reset(key string) {
-	if b := t.lookup(key); b != nil {
+	if b := t.breakers.get(key); b != nil {
 		t.notify(b.reset(t.now()))
 	}
 }

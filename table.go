@@ -1,0 +1,139 @@
+package httpbreaker
+
+import (
+	"hash/maphash"
+	"sync/atomic"
+)
+
+// breakerTable is a Transport's set of live breakers, by key: an
+// open-addressing hash table with linear probing. Reads are lock-free —
+// a hash of the key and one atomic load per slot probed, with no write to
+// shared memory — so that the request path neither allocates nor
+// contends. Writes (insert, remove) must be serialized by the caller
+// (Transport.mu); they publish a new slot array when the table grows.
+//
+// It exists because sync.Map hashes and compares its keys through
+// interfaces, which cost the request path more than the rest of the key
+// lookup.
+type breakerTable struct {
+	seed  maphash.Seed
+	slots atomic.Pointer[tableSlots]
+	live  int // live breakers; guarded by the writers' lock
+	used  int // slots holding a breaker or a tombstone; guarded by the writers' lock
+}
+
+// tableSlots is one slot array; its length is a power of two.
+type tableSlots struct {
+	mask  uint64
+	slots []atomic.Pointer[breaker]
+}
+
+// tombstone marks a removed breaker's slot, so that probes go on past it.
+var tombstone = new(breaker)
+
+// minTableSlots is the size of a new table.
+const minTableSlots = 16
+
+func newBreakerTable() *breakerTable {
+	t := &breakerTable{seed: maphash.MakeSeed()}
+	t.slots.Store(newTableSlots(minTableSlots))
+	return t
+}
+
+func newTableSlots(n int) *tableSlots {
+	return &tableSlots{mask: uint64(n - 1), slots: make([]atomic.Pointer[breaker], n)}
+}
+
+// hash is the hash of key in this table.
+func (t *breakerTable) hash(key string) uint64 { return maphash.String(t.seed, key) }
+
+// get returns the live breaker for key, or nil. A breaker removed
+// concurrently may still be returned, as by any concurrent map.
+func (t *breakerTable) get(key string) *breaker {
+	h := t.hash(key)
+	s := t.slots.Load()
+	for i := h & s.mask; ; i = (i + 1) & s.mask {
+		b := s.slots[i].Load()
+		if b == nil {
+			return nil
+		}
+		if b.hash == h && b != tombstone && b.key == key {
+			return b
+		}
+	}
+}
+
+// insert adds b, whose key is not in the table, and sets b.hash. The
+// caller holds the writers' lock.
+func (t *breakerTable) insert(b *breaker) {
+	b.hash = t.hash(b.key)
+	s := t.slots.Load()
+	// Keep at least a quarter of the slots empty, so that probes are
+	// short and always end; tombstones count as used until a rehash.
+	if 4*(t.used+1) > 3*len(s.slots) {
+		n := minTableSlots
+		for 2*(t.live+1) > n {
+			n *= 2
+		}
+		s = t.rehash(n)
+	}
+	for i := b.hash & s.mask; ; i = (i + 1) & s.mask {
+		switch s.slots[i].Load() {
+		case nil:
+			t.used++
+			fallthrough
+		case tombstone:
+			s.slots[i].Store(b)
+			t.live++
+			return
+		}
+	}
+}
+
+// rehash publishes a slot array of n slots holding the live breakers and
+// no tombstone. Readers still probing the old array see the breakers they
+// would have seen. The caller holds the writers' lock.
+func (t *breakerTable) rehash(n int) *tableSlots {
+	s := newTableSlots(n)
+	t.used = 0
+	t.each(func(b *breaker) bool {
+		for i := b.hash & s.mask; ; i = (i + 1) & s.mask {
+			if s.slots[i].Load() == nil {
+				s.slots[i].Store(b)
+				t.used++
+				break
+			}
+		}
+		return true
+	})
+	t.slots.Store(s)
+	return s
+}
+
+// remove takes b out of the table, if it is there. The caller holds the
+// writers' lock.
+func (t *breakerTable) remove(b *breaker) {
+	s := t.slots.Load()
+	for i := b.hash & s.mask; ; i = (i + 1) & s.mask {
+		switch s.slots[i].Load() {
+		case nil:
+			return
+		case b:
+			s.slots[i].Store(tombstone)
+			t.live--
+			return
+		}
+	}
+}
+
+// each calls f for each live breaker until f returns false. It sees
+// the table as it was when it started, give or take concurrent writes,
+// like sync.Map.Range.
+func (t *breakerTable) each(f func(*breaker) bool) {
+	s := t.slots.Load()
+	for i := range s.slots {
+		if b := s.slots[i].Load(); b != nil && b != tombstone && !f(b) {
+			return
+		}
+	}
+}

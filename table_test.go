@@ -1,0 +1,108 @@
+package httpbreaker
+
+import (
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestBreakerTableModel checks the table against a map through random
+// inserts and removes, across growth and tombstone rehashes.
+func TestBreakerTableModel(t *testing.T) {
+	cfg := defaultConfig()
+	tab := newBreakerTable()
+	model := map[string]*breaker{}
+	r := rand.New(rand.NewPCG(3, 4))
+	for step := range 20000 {
+		key := "k" + strconv.Itoa(r.IntN(300))
+		if b, ok := model[key]; ok && r.IntN(2) == 0 {
+			tab.remove(b)
+			delete(model, key)
+		} else if !ok {
+			b := newBreaker(key, &cfg, 0)
+			tab.insert(b)
+			model[key] = b
+		}
+		if step%97 == 0 {
+			for i := range 300 {
+				k := "k" + strconv.Itoa(i)
+				require.Same(t, model[k], tab.get(k), "step %d key %s", step, k)
+			}
+			seen := map[string]bool{}
+			tab.each(func(b *breaker) bool {
+				require.False(t, seen[b.key], "each visits %s twice", b.key)
+				seen[b.key] = true
+				require.Same(t, model[b.key], b)
+				return true
+			})
+			require.Len(t, seen, len(model))
+			require.Equal(t, len(model), tab.live)
+		}
+	}
+	// Churn leaves the table sized by its live breakers, not its history.
+	require.LessOrEqual(t, len(tab.slots.Load().slots), 4*minTableSlots+4*300)
+}
+
+// TestBreakerTableEmptyKey checks that the empty key is not confused
+// with a tombstone.
+func TestBreakerTableEmptyKey(t *testing.T) {
+	cfg := defaultConfig()
+	tab := newBreakerTable()
+	require.Nil(t, tab.get(""))
+	a, b := newBreaker("a", &cfg, 0), newBreaker("", &cfg, 0)
+	tab.insert(a)
+	tab.remove(a)
+	require.Nil(t, tab.get(""))
+	tab.insert(b)
+	require.Same(t, b, tab.get(""))
+	require.Nil(t, tab.get("a"))
+}
+
+// TestBreakerTableConcurrentReads reads while a writer grows and churns
+// the table: a reader always finds the keys that are never removed
+// (run with -race).
+func TestBreakerTableConcurrentReads(t *testing.T) {
+	cfg := defaultConfig()
+	tab := newBreakerTable()
+	stable := make([]*breaker, 50)
+	for i := range stable {
+		stable[i] = newBreaker("stable"+strconv.Itoa(i), &cfg, 0)
+		tab.insert(stable[i])
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				for _, b := range stable {
+					if got := tab.get(b.key); got != b {
+						t.Errorf("get(%q) = %p, want %p", b.key, got, b)
+						return
+					}
+				}
+			}
+		}()
+	}
+	var churn []*breaker
+	for i := range 5000 {
+		b := newBreaker("churn"+strconv.Itoa(i), &cfg, 0)
+		tab.insert(b)
+		churn = append(churn, b)
+		if len(churn) > 200 {
+			tab.remove(churn[0])
+			churn = churn[1:]
+		}
+	}
+	close(done)
+	wg.Wait()
+}
