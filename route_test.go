@@ -503,10 +503,10 @@ func TestRouteCleanPathAndPort(t *testing.T) {
 		return np
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
-	for range 20000 {
+	for range 50000 {
 		var b strings.Builder
-		for range rng.IntN(8) {
-			b.WriteString([]string{"/", "/", "/", ".", "..", "a", "b."}[rng.IntN(7)])
+		for range rng.IntN(24) {
+			b.WriteString([]string{"/", "/", "/", ".", "..", "a", "b.", "/abcdefgh", "/xy"}[rng.IntN(9)])
 		}
 		p := b.String()
 		require.Equal(t, cleanPath(p) == p, isCleanRoutePath(p), "%q", p)
