@@ -421,7 +421,9 @@ func (n *routeNode) literal(lit string) *routeNode {
 		return n.litMap[lit]
 	}
 	for i := range n.lits {
-		if n.lits[i].lit == lit {
+		// Most literals differ in length or first byte: skip the call
+		// that compares strings.
+		if l := n.lits[i].lit; len(l) == len(lit) && l[0] == lit[0] && l == lit {
 			return n.lits[i].node
 		}
 	}
@@ -491,11 +493,14 @@ func (m *routeMatcher) matchIndex(r *http.Request) int {
 		// path). We match it to nothing.
 		return -1
 	}
-	host := r.Host
-	if host == "" {
-		host = r.URL.Host
+	host := ""
+	if len(m.hosts) > 0 {
+		host = r.Host
+		if host == "" {
+			host = r.URL.Host
+		}
+		host = stripRoutePort(host)
 	}
-	host = stripRoutePort(host)
 
 	i := m.lookup(host, method, path, decode, false)
 	if !m.exactMatch(i, path, false) && path != "" && path[len(path)-1] != '/' {
@@ -584,15 +589,13 @@ func (n *routeNode) lookup(path string, decode, slash bool) int {
 		seg, path, slash = "/", "", false
 	} else {
 		// A loop beats strings.IndexByte on short segments.
-		i, pct := 1, false
-		for ; i < len(path) && path[i] != '/'; i++ {
-			if path[i] == '%' {
-				pct = true
-			}
+		i := 1
+		for i < len(path) && path[i] != '/' {
+			i++
 		}
 		seg, path = path[1:i], path[i:]
 		// ServeMux unescapes the segment unless it is invalidly escaped.
-		escaped = decode && pct && validEscapes(seg)
+		escaped = decode && strings.IndexByte(seg, '%') >= 0 && validEscapes(seg)
 	}
 	// Literal children first. (An empty segment finds the wildcard child
 	// in ServeMux, which is tried next anyway.)
