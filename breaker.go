@@ -115,6 +115,9 @@ type breaker struct {
 
 	// word is gen<<2 | state. Written only with mu held.
 	word atomic.Uint64
+	// evicted is set when the Transport drops the breaker, for those that
+	// still hold a pointer to it (see Transport.routeBreaker).
+	evicted atomic.Bool
 	// retryAt is the clock time at which an open breaker lets probes go.
 	// Stored before word when opening.
 	retryAt atomic.Int64

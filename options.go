@@ -24,6 +24,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 // config holds every setting of a Transport. It is immutable after New.
 type config struct {
 	keyFunc        KeyFunc
+	routes         *routeMatcher // the patterns of WithRoutes, whose RouteKey is keyFunc
 	classifier     Classifier
 	window         time.Duration
 	minRequests    int64
@@ -144,16 +145,20 @@ func WithKeyFunc(f KeyFunc) Option {
 			c.invalid("WithKeyFunc", "nil KeyFunc")
 			return
 		}
-		c.keyFunc = f
+		c.keyFunc, c.routes = f, nil
 	})
 }
 
-// WithRoutes keys requests by host and net/http.ServeMux pattern; it is
-// shorthand for WithKeyFunc(RouteKey(patterns...)). Invalid or conflicting
-// patterns panic, as RouteKey does.
+// WithRoutes keys requests by host and net/http.ServeMux pattern: the
+// breakers are those of WithKeyFunc(RouteKey(patterns...)), but found
+// faster, because the Transport remembers each host's route breakers
+// instead of building and looking up their keys on every request. Invalid
+// or conflicting patterns panic, as RouteKey does. A later WithKeyFunc
+// replaces it.
 func WithRoutes(patterns ...string) Option {
-	f := RouteKey(patterns...)
-	return optionFunc(func(c *config) { c.keyFunc = f })
+	m := newRouteMatcher(patterns)
+	f := routeKeyFunc(m)
+	return optionFunc(func(c *config) { c.keyFunc, c.routes = f, m })
 }
 
 // WithClassifier sets what counts as success, failure, throttling or

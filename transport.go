@@ -31,7 +31,8 @@ type Transport struct {
 	cfg   config
 	epoch time.Time // clock zero: breakers keep time as nanoseconds since epoch
 
-	breakers *breakerTable // written with mu held
+	breakers *breakerTable  // written with mu held
+	routes   *routeKeyCache // route keys and their breakers, under WithRoutes
 
 	mu        sync.Mutex // guards creation and eviction of breakers
 	nextEvict int64      // clock time before which no breaker can be idle; guarded by mu
@@ -60,6 +61,9 @@ func New(next http.RoundTripper, opts ...Option) *Transport {
 		next = cleanhttp.DefaultPooledTransport()
 	}
 	t := &Transport{next: next, cfg: cfg, epoch: time.Now(), breakers: newBreakerTable()}
+	if cfg.routes != nil {
+		t.routes = newRouteKeyCache(cfg.routes.patterns, true)
+	}
 	if cfg.registerer != nil {
 		t.registerMetrics(cfg.registerer)
 	}
@@ -176,7 +180,14 @@ func (t *Transport) call(req *http.Request, b *breaker, tk ticket, admission *tr
 // breakerFor returns the breaker for the request's key, making it if
 // needed, or nil when the cap leaves no room even for the host key.
 func (t *Transport) breakerFor(req *http.Request) *breaker {
-	key := t.cfg.keyFunc(req)
+	if t.routes != nil {
+		return t.routeBreaker(req)
+	}
+	return t.keyBreaker(req, t.cfg.keyFunc(req))
+}
+
+// keyBreaker is breakerFor for the request's key.
+func (t *Transport) keyBreaker(req *http.Request, key string) *breaker {
 	if b := t.breakers.get(key); b != nil {
 		return b
 	}
@@ -238,6 +249,7 @@ func (t *Transport) evictLocked(now int64) bool {
 		return false
 	}
 	t.breakers.remove(victim)
+	victim.evicted.Store(true)
 	return true
 }
 

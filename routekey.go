@@ -1,0 +1,169 @@
+package httpbreaker
+
+import (
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// RouteKey returns a KeyFunc that keys a request by its host and the
+// net/http.ServeMux pattern it matches: HostKey(r) + " " + pattern, where
+// pattern is the matching pattern exactly as given (for example
+// "api.example.com GET /repos/{owner}/{repo}/issues"). A request that no
+// pattern matches is keyed by HostKey(r) alone, so it shares the host's
+// breaker. Keys are at most 512 bytes long: a host that would make the key
+// longer is cut.
+//
+// Patterns use the syntax and precedence of net/http.ServeMux (Go 1.22+):
+// an optional method ("GET /x" also matches HEAD, "POST /x" only POST, no
+// method matches any), an optional host ("api.example.com/x"), and a path
+// of literal segments, "{name}" wildcards that match one segment,
+// a final "{name...}" that matches the rest of the path, a final "{$}"
+// that matches only the path ending in a slash, and a final "/" that
+// matches the whole subtree. When several patterns match, the most
+// specific one wins, exactly as ServeMux decides. The host matched is
+// r.Host if set, else r.URL.Host, without its port and compared without
+// regard to ASCII case (ServeMux compares hosts exactly). As for an
+// http.Client request, an empty r.Method means GET and an empty path "/".
+//
+// Where ServeMux would answer with a redirect rather than a handler (a
+// path missing the trailing slash of a subtree pattern, or an unclean
+// path such as "/a/../b" or "//x") or with 405 Method Not Allowed, the
+// request matches no pattern and gets the host key.
+//
+// CONNECT requests follow ServeMux too: their paths are not cleaned (but
+// an empty one or one that does not start with "/" matches nothing),
+// and their host is matched like any other.
+//
+// RouteKey panics, when called, if a pattern is invalid, if two patterns
+// conflict (both as http.ServeMux.Handle would panic), or if no pattern is
+// given. Matching does not allocate; nor does building the key when
+// HostKey(r) returns r.URL.Host unchanged, for the first 1024 hosts seen.
+// The returned KeyFunc is safe for concurrent use.
+func RouteKey(patterns ...string) KeyFunc {
+	return routeKeyFunc(newRouteMatcher(patterns))
+}
+
+// routeKeyFunc is RouteKey for parsed patterns.
+func routeKeyFunc(m *routeMatcher) KeyFunc {
+	c := newRouteKeyCache(m.patterns, false)
+	return func(r *http.Request) string {
+		host := HostKey(r)
+		i := m.matchIndex(r)
+		if i < 0 {
+			return host
+		}
+		if hk := c.host(host); hk != nil {
+			return hk.key(host, m.patterns[i], i)
+		}
+		return routeKeyString(host, m.patterns[i])
+	}
+}
+
+// routeBreaker is breakerFor under WithRoutes. It finds the breaker
+// through the Transport's route cache — host, then pattern index — so the
+// request path neither builds nor hashes the route key, which is longer
+// than the host. The key, the breaker and the fallbacks are those of
+// breakerFor with RouteKey: a cached breaker is used only while it is
+// live, and only if it was made for the route key itself (not the host
+// key that the cap fell back to).
+func (t *Transport) routeBreaker(req *http.Request) *breaker {
+	host := HostKey(req)
+	i := t.cfg.routes.matchIndex(req)
+	if i < 0 {
+		return t.keyBreaker(req, host)
+	}
+	hk := t.routes.host(host)
+	if hk == nil {
+		return t.keyBreaker(req, routeKeyString(host, t.cfg.routes.patterns[i]))
+	}
+	if b := hk.breakers[i].Load(); b != nil && !b.evicted.Load() {
+		return b
+	}
+	key := hk.key(host, t.cfg.routes.patterns[i], i)
+	b := t.keyBreaker(req, key)
+	if b != nil && b.key == key {
+		hk.breakers[i].Store(b)
+	}
+	return b
+}
+
+// routeKeyCacheHosts bounds the number of hosts a routeKeyCache holds.
+// Past it, keys are built, and breakers looked up by key, on each call.
+const routeKeyCacheHosts = 1024
+
+// routeKeyCache holds, per host key, the strings host + " " + pattern, so
+// that building a key on the request path does not allocate, and, for a
+// Transport, the breakers of those keys. Readers load an immutable map
+// through an atomic pointer; writers copy it under mu.
+type routeKeyCache struct {
+	patterns []string
+	breakers bool // hold breakers too
+	hosts    atomic.Pointer[map[string]*hostRoutes]
+	mu       sync.Mutex // serializes writers of hosts
+}
+
+// hostRoutes holds the keys of one host, one per pattern, each filled
+// the first time it is needed, and with a Transport their breakers.
+type hostRoutes struct {
+	keys     []atomic.Pointer[string]
+	breakers []atomic.Pointer[breaker] // nil unless routeKeyCache.breakers
+}
+
+func newRouteKeyCache(patterns []string, breakers bool) *routeKeyCache {
+	return &routeKeyCache{patterns: patterns, breakers: breakers}
+}
+
+// host returns host's entry, making it if there is room, or nil.
+func (c *routeKeyCache) host(host string) *hostRoutes {
+	if hp := c.hosts.Load(); hp != nil {
+		if hk := (*hp)[host]; hk != nil {
+			return hk
+		}
+		if len(*hp) >= routeKeyCacheHosts {
+			return nil
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var old map[string]*hostRoutes
+	if hp := c.hosts.Load(); hp != nil {
+		old = *hp
+	}
+	if hk := old[host]; hk != nil || len(old) >= routeKeyCacheHosts {
+		return hk
+	}
+	hk := &hostRoutes{keys: make([]atomic.Pointer[string], len(c.patterns))}
+	if c.breakers {
+		hk.breakers = make([]atomic.Pointer[breaker], len(c.patterns))
+	}
+	m := make(map[string]*hostRoutes, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[strings.Clone(host)] = hk
+	c.hosts.Store(&m)
+	return hk
+}
+
+// key returns the key of host and pattern i.
+func (hk *hostRoutes) key(host, pattern string, i int) string {
+	if s := hk.keys[i].Load(); s != nil {
+		return *s
+	}
+	s := routeKeyString(host, pattern)
+	hk.keys[i].Store(&s)
+	return s
+}
+
+// routeKeyString returns host + " " + pattern, cutting the host so that
+// the key is at most maxKeyLen bytes long (and the end of the key if the
+// pattern alone is too long for that).
+func routeKeyString(host, pattern string) string {
+	if len(host)+1+len(pattern) <= maxKeyLen {
+		return host + " " + pattern
+	}
+	n := max(maxKeyLen-1-len(pattern), 0)
+	return truncateUTF8(truncateUTF8(host, n)+" "+pattern, maxKeyLen)
+}
