@@ -24,7 +24,8 @@ func (f optionFunc) apply(c *config) { f(c) }
 // config holds every setting of a Transport. It is immutable after New.
 type config struct {
 	keyFunc        KeyFunc
-	routes         *routeMatcher // the patterns of WithRoutes, whose RouteKey is keyFunc
+	routes         *routeMatcher  // the patterns of WithRoutes, whose RouteKey is keyFunc
+	routeKeys      *routeKeyCache // keyFunc's key cache, under WithRoutes
 	classifier     Classifier
 	window         time.Duration
 	minRequests    int64
@@ -145,7 +146,7 @@ func WithKeyFunc(f KeyFunc) Option {
 			c.invalid("WithKeyFunc", "nil KeyFunc")
 			return
 		}
-		c.keyFunc, c.routes = f, nil
+		c.keyFunc, c.routes, c.routeKeys = f, nil, nil
 	})
 }
 
@@ -157,8 +158,9 @@ func WithKeyFunc(f KeyFunc) Option {
 // replaces it.
 func WithRoutes(patterns ...string) Option {
 	m := newRouteMatcher(patterns)
-	f := routeKeyFunc(m)
-	return optionFunc(func(c *config) { c.keyFunc, c.routes = f, m })
+	keys := newRouteKeyCache(m.patterns)
+	f := routeKeyFunc(m, keys)
+	return optionFunc(func(c *config) { c.keyFunc, c.routes, c.routeKeys = f, m, keys })
 }
 
 // WithClassifier sets what counts as success, failure, throttling or

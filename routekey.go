@@ -42,12 +42,12 @@ import (
 // HostKey(r) returns r.URL.Host unchanged, for the first 1024 hosts seen.
 // The returned KeyFunc is safe for concurrent use.
 func RouteKey(patterns ...string) KeyFunc {
-	return routeKeyFunc(newRouteMatcher(patterns))
+	m := newRouteMatcher(patterns)
+	return routeKeyFunc(m, newRouteKeyCache(m.patterns))
 }
 
-// routeKeyFunc is RouteKey for parsed patterns.
-func routeKeyFunc(m *routeMatcher) KeyFunc {
-	c := newRouteKeyCache(m.patterns, false)
+// routeKeyFunc is RouteKey for parsed patterns and a key cache.
+func routeKeyFunc(m *routeMatcher, c *routeKeyCache) KeyFunc {
 	return func(r *http.Request) string {
 		host := HostKey(r)
 		i := m.matchIndex(r)
@@ -61,32 +61,89 @@ func routeKeyFunc(m *routeMatcher) KeyFunc {
 	}
 }
 
-// routeBreaker is breakerFor under WithRoutes. It finds the breaker
-// through the Transport's route cache — host, then pattern index — so the
+// routeBreaker is breakerFor under WithRoutes. The breakers of each
+// pattern are kept with their hosts (see routeBreakers), so that the
 // request path neither builds nor hashes the route key, which is longer
-// than the host. The key, the breaker and the fallbacks are those of
-// breakerFor with RouteKey: a cached breaker is used only while it is
-// live, and only if it was made for the route key itself (not the host
-// key that the cap fell back to).
+// than the host. The key and the breaker are those of breakerFor with
+// RouteKey.
 func (t *Transport) routeBreaker(req *http.Request) *breaker {
 	host := HostKey(req)
 	i := t.cfg.routes.matchIndex(req)
 	if i < 0 {
 		return t.keyBreaker(req, host)
 	}
-	hk := t.routes.host(host)
-	if hk == nil {
-		return t.keyBreaker(req, routeKeyString(host, t.cfg.routes.patterns[i]))
-	}
-	if b := hk.breakers[i].Load(); b != nil && !b.evicted.Load() {
+	if b := t.routes.get(i, host); b != nil {
 		return b
 	}
-	key := hk.key(host, t.cfg.routes.patterns[i], i)
+	key := routeKeyString(host, t.cfg.routes.patterns[i])
+	if hk := t.cfg.routeKeys.host(host); hk != nil {
+		key = hk.key(host, t.cfg.routes.patterns[i], i)
+	}
 	b := t.keyBreaker(req, key)
 	if b != nil && b.key == key {
-		hk.breakers[i].Store(b)
+		t.routes.put(i, host, b)
 	}
 	return b
+}
+
+// routeHostsMax bounds the hosts whose breakers routeBreakers keeps for
+// one pattern. Most patterns are served by one host, or a few; past the
+// bound, requests find their breaker by key.
+const routeHostsMax = 8
+
+// routeBreakers holds, per pattern, the breakers of the hosts that
+// requests matching it went to. Readers load an immutable list through an
+// atomic pointer; writers copy it under mu.
+type routeBreakers struct {
+	pats []atomic.Pointer[[]routeBreaker]
+	mu   sync.Mutex // serializes writers
+}
+
+// routeBreaker is the breaker of one host and pattern.
+type routeBreaker struct {
+	host string
+	b    *breaker
+}
+
+func newRouteBreakers(patterns int) *routeBreakers {
+	return &routeBreakers{pats: make([]atomic.Pointer[[]routeBreaker], patterns)}
+}
+
+// get returns the live breaker of pattern i and host, if kept.
+func (r *routeBreakers) get(i int, host string) *breaker {
+	if l := r.pats[i].Load(); l != nil {
+		for _, e := range *l {
+			if e.host == host {
+				if e.b.evicted.Load() {
+					return nil
+				}
+				return e.b
+			}
+		}
+	}
+	return nil
+}
+
+// put keeps b as the breaker of pattern i and host, in place of an
+// evicted one, if there is room.
+func (r *routeBreakers) put(i int, host string, b *breaker) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var old []routeBreaker
+	if l := r.pats[i].Load(); l != nil {
+		old = *l
+	}
+	l := make([]routeBreaker, 0, len(old)+1)
+	for _, e := range old {
+		if e.host != host && !e.b.evicted.Load() {
+			l = append(l, e)
+		}
+	}
+	if len(l) == routeHostsMax {
+		return
+	}
+	l = append(l, routeBreaker{host: strings.Clone(host), b: b})
+	r.pats[i].Store(&l)
 }
 
 // routeKeyCacheHosts bounds the number of hosts a routeKeyCache holds.
@@ -94,25 +151,22 @@ func (t *Transport) routeBreaker(req *http.Request) *breaker {
 const routeKeyCacheHosts = 1024
 
 // routeKeyCache holds, per host key, the strings host + " " + pattern, so
-// that building a key on the request path does not allocate, and, for a
-// Transport, the breakers of those keys. Readers load an immutable map
-// through an atomic pointer; writers copy it under mu.
+// that building a key on the request path does not allocate. Readers load
+// an immutable map through an atomic pointer; writers copy it under mu.
 type routeKeyCache struct {
 	patterns []string
-	breakers bool // hold breakers too
 	hosts    atomic.Pointer[map[string]*hostRoutes]
 	mu       sync.Mutex // serializes writers of hosts
 }
 
 // hostRoutes holds the keys of one host, one per pattern, each filled
-// the first time it is needed, and with a Transport their breakers.
+// the first time it is needed.
 type hostRoutes struct {
-	keys     []atomic.Pointer[string]
-	breakers []atomic.Pointer[breaker] // nil unless routeKeyCache.breakers
+	keys []atomic.Pointer[string]
 }
 
-func newRouteKeyCache(patterns []string, breakers bool) *routeKeyCache {
-	return &routeKeyCache{patterns: patterns, breakers: breakers}
+func newRouteKeyCache(patterns []string) *routeKeyCache {
+	return &routeKeyCache{patterns: patterns}
 }
 
 // host returns host's entry, making it if there is room, or nil.
@@ -135,9 +189,6 @@ func (c *routeKeyCache) host(host string) *hostRoutes {
 		return hk
 	}
 	hk := &hostRoutes{keys: make([]atomic.Pointer[string], len(c.patterns))}
-	if c.breakers {
-		hk.breakers = make([]atomic.Pointer[breaker], len(c.patterns))
-	}
 	m := make(map[string]*hostRoutes, len(old)+1)
 	for k, v := range old {
 		m[k] = v

@@ -2,6 +2,7 @@ package httpbreaker
 
 import (
 	"net/http"
+	"strconv"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -68,16 +69,24 @@ func TestRoutesSameKeysAsRouteKey(t *testing.T) {
 		"http://api.test/v1/users/1", "http://API.test:8443/files/a/b", "http://api.test/nothing",
 		"http://xn--bcher-kva.test/v1/users/9",
 	}
+	for i := range 2 * routeHostsMax { // more hosts than a pattern keeps
+		urls = append(urls, "http://shard"+strconv.Itoa(i)+".test/v1/users/1")
+	}
 	byRoutes := New(newDep(http.StatusOK), WithRoutes(patterns...))
 	byKeyFunc := New(newDep(http.StatusOK), WithKeyFunc(RouteKey(patterns...)))
-	for _, u := range urls {
-		for _, tr := range []*Transport{byRoutes, byKeyFunc} {
-			_, err := get(t, tr, u)
-			require.NoError(t, err)
+	for range 2 { // first make, then find, the breakers
+		for _, u := range urls {
+			for _, tr := range []*Transport{byRoutes, byKeyFunc} {
+				_, err := get(t, tr, u)
+				require.NoError(t, err)
+			}
 		}
 	}
 	require.Equal(t, keys(byKeyFunc), keys(byRoutes))
-	require.Len(t, keys(byRoutes), 4)
+	require.Len(t, keys(byRoutes), 4+2*routeHostsMax)
+	for _, s := range byRoutes.Snapshot() {
+		require.Equal(t, int64(2), s.Requests, s.Key)
+	}
 
 	replaced := New(newDep(http.StatusOK), WithRoutes(patterns...), WithKeyFunc(HostKey))
 	_, err := get(t, replaced, urls[0])

@@ -32,7 +32,7 @@ type Transport struct {
 	epoch time.Time // clock zero: breakers keep time as nanoseconds since epoch
 
 	breakers *breakerTable  // written with mu held
-	routes   *routeKeyCache // route keys and their breakers, under WithRoutes
+	routes   *routeBreakers // breakers by pattern and host, under WithRoutes
 
 	mu        sync.Mutex // guards creation and eviction of breakers
 	nextEvict int64      // clock time before which no breaker can be idle; guarded by mu
@@ -62,7 +62,7 @@ func New(next http.RoundTripper, opts ...Option) *Transport {
 	}
 	t := &Transport{next: next, cfg: cfg, epoch: time.Now(), breakers: newBreakerTable()}
 	if cfg.routes != nil {
-		t.routes = newRouteKeyCache(cfg.routes.patterns, true)
+		t.routes = newRouteBreakers(len(cfg.routes.patterns))
 	}
 	if cfg.registerer != nil {
 		t.registerMetrics(cfg.registerer)
