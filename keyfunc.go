@@ -29,10 +29,8 @@ func HostKey(r *http.Request) string {
 		return ""
 	}
 	h := r.URL.Host
-	for i := 0; i < len(h); i++ {
-		if c := h[i]; c-'A' < 26 || c >= utf8.RuneSelf {
-			return slowHostKey(h)
-		}
+	if needsFold(h) {
+		return slowHostKey(h)
 	}
 	if len(h) > maxKeyLen {
 		h = h[:maxKeyLen]

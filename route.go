@@ -618,34 +618,6 @@ func isCleanRoutePath(p string) bool {
 	return true
 }
 
-// hasSlashPair reports whether p contains "//" or "/.". It looks at eight
-// byte pairs at a time: '.' and '/' differ only in their low bit, so a
-// pair is a '/' followed by a byte that is '/' once its low bit is set.
-func hasSlashPair(p string) bool {
-	const ones, highs, slashes = 0x0101010101010101, 0x8080808080808080, 0x2f2f2f2f2f2f2f2f
-	i := 0
-	for ; i+9 <= len(p); i += 8 {
-		v := (load64(p[i:]) ^ slashes) | ((load64(p[i+1:]) | ones) ^ slashes)
-		if (v-ones)&^v&highs != 0 { // some byte of v is zero: a pair
-			return true
-		}
-	}
-	for ; i+1 < len(p); i++ {
-		if p[i] == '/' && p[i+1]|1 == '/' {
-			return true
-		}
-	}
-	return false
-}
-
-// load64 returns the first eight bytes of s, little-endian; the compiler
-// makes it one load.
-func load64(s string) uint64 {
-	_ = s[7]
-	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
-		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
-}
-
 // stripRoutePort is net/http's stripHostPort: h without a port, if
 // net.SplitHostPort accepts it, else h. It does not allocate.
 func stripRoutePort(h string) string {
