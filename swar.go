@@ -38,6 +38,12 @@ func load64(s string) uint64 {
 		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
 }
 
+// load32 returns the first four bytes of s, little-endian.
+func load32(s string) uint64 {
+	_ = s[3]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24
+}
+
 // needsFold reports whether s has an ASCII upper-case letter or a byte
 // that is not ASCII. On bytes under 0x80, adding 0x80-'A' sets a byte's
 // high bit if it is at least 'A', and adding 0x80-'Z'-1 if it is past

@@ -1,7 +1,8 @@
 package httpbreaker
 
 import (
-	"hash/maphash"
+	"math/bits"
+	"math/rand/v2"
 	"sync/atomic"
 )
 
@@ -16,7 +17,7 @@ import (
 // interfaces, which cost the request path more than the rest of the key
 // lookup.
 type breakerTable struct {
-	seed  maphash.Seed
+	seed  [2]uint64 // random: keys cannot be chosen to collide
 	slots atomic.Pointer[tableSlots]
 	live  int // live breakers; guarded by the writers' lock
 	used  int // slots holding a breaker or a tombstone; guarded by the writers' lock
@@ -35,7 +36,7 @@ var tombstone = new(breaker)
 const minTableSlots = 16
 
 func newBreakerTable() *breakerTable {
-	t := &breakerTable{seed: maphash.MakeSeed()}
+	t := &breakerTable{seed: [2]uint64{rand.Uint64(), rand.Uint64()}}
 	t.slots.Store(newTableSlots(minTableSlots))
 	return t
 }
@@ -44,8 +45,38 @@ func newTableSlots(n int) *tableSlots {
 	return &tableSlots{mask: uint64(n - 1), slots: make([]atomic.Pointer[breaker], n)}
 }
 
-// hash is the hash of key in this table.
-func (t *breakerTable) hash(key string) uint64 { return maphash.String(t.seed, key) }
+// hash is the hash of key in this table: wyhash, as the Go runtime's
+// maps use it where the CPU has no AES instructions (memhashFallback in
+// runtime/hash64.go). Inlined here, it costs keys of a host's length half
+// of what hash/maphash does.
+func (t *breakerTable) hash(key string) uint64 {
+	const m5 = 0x1d8e4e27c47d124f
+	seed, k := t.seed[0], t.seed[1]
+	n := len(key)
+	var a, b uint64
+	switch {
+	case n == 0:
+		return seed
+	case n < 4:
+		a = uint64(key[0]) | uint64(key[n>>1])<<8 | uint64(key[n-1])<<16
+	case n < 8:
+		a, b = load32(key), load32(key[n-4:])
+	case n <= 16:
+		a, b = load64(key), load64(key[n-8:])
+	default:
+		for p := key; len(p) > 16; p = p[16:] {
+			seed = hashMix(load64(p)^k, load64(p[8:])^seed)
+		}
+		a, b = load64(key[n-16:]), load64(key[n-8:])
+	}
+	return hashMix(m5^uint64(n), hashMix(a^k, b^seed))
+}
+
+// hashMix folds the 128-bit product of a and b into 64 bits.
+func hashMix(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	return hi ^ lo
+}
 
 // get returns the live breaker for key, or nil. A breaker removed
 // concurrently may still be returned, as by any concurrent map.

@@ -3,6 +3,7 @@ package httpbreaker
 import (
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -105,4 +106,37 @@ func TestBreakerTableConcurrentReads(t *testing.T) {
 	}
 	close(done)
 	wg.Wait()
+}
+
+// TestBreakerTableHash checks the table's hash over every length class:
+// equal keys hash equal wherever their bytes live, and distinct keys
+// (here, 20,000 of them) do not collide in 64 bits.
+func TestBreakerTableHash(t *testing.T) {
+	tab := newBreakerTable()
+	r := rand.New(rand.NewPCG(5, 6))
+	seen := map[uint64]string{}
+	for i := range 20000 {
+		b := make([]byte, i%80)
+		for j := range b {
+			b[j] = byte('a' + r.IntN(26))
+		}
+		key := string(b)
+		h := tab.hash(key)
+		if other, dup := seen[h]; dup && other != key {
+			t.Fatalf("%q collides with %q", key, other)
+		}
+		seen[h] = key
+		copied := strings.Clone("x" + key)[1:]
+		require.Equal(t, tab.hash(key), tab.hash(copied))
+	}
+	// One byte changed anywhere changes the hash.
+	key := strings.Repeat("0123456789", 7)
+	for n := 1; n <= len(key); n++ {
+		for i := range n {
+			b := []byte(key[:n])
+			b[i] ^= 1
+			require.NotEqual(t, tab.hash(key[:n]), tab.hash(string(b)), "len %d byte %d", n, i)
+		}
+	}
+	require.NotEqual(t, tab.hash("a"), newBreakerTable().hash("a"), "tables are seeded")
 }
