@@ -109,6 +109,8 @@ type transition struct {
 // one clock read. Every transition happens under mu, exactly once: it
 // checks that the generation it saw is still current.
 type breaker struct {
+	// The closed path reads key through win.width in the first cache line
+	// and one bucket of win in the lines that follow it (see window).
 	key  string
 	hash uint64 // of key in the Transport's table; set before it is published
 	cfg  *config
@@ -121,6 +123,9 @@ type breaker struct {
 	// retryAt is the clock time at which an open breaker lets probes go.
 	// Stored before word when opening.
 	retryAt atomic.Int64
+
+	win window
+
 	// inflight counts calls in flight; kept only with a bulkhead.
 	inflight atomic.Int64
 	// throttleSince is 1 + the clock time at which 429s started to make
@@ -136,8 +141,6 @@ type breaker struct {
 	// openErr is the error shared by the rejections of the current open
 	// period (see Transport.rejectedError).
 	openErr atomic.Pointer[RejectedError]
-
-	win window
 
 	created int64 // clock time the breaker was made
 

@@ -23,24 +23,26 @@ func (f optionFunc) apply(c *config) { f(c) }
 
 // config holds every setting of a Transport. It is immutable after New.
 type config struct {
-	keyFunc        KeyFunc
+	// The request path reads these first fields: keep them together.
+	keyFunc       KeyFunc
+	classifier    Classifier
+	slowCall      time.Duration
+	maxConcurrent int64
+	fallback      func(*http.Request, error) (*http.Response, error)
+	rejectAsError bool
+
 	routes         *routeMatcher  // the patterns of WithRoutes, whose RouteKey is keyFunc
 	routeKeys      *routeKeyCache // keyFunc's key cache, under WithRoutes
-	classifier     Classifier
 	window         time.Duration
 	minRequests    int64
 	failureRate    float64
-	slowCall       time.Duration
 	openTimeout    time.Duration
 	maxOpenTimeout time.Duration
 	jitter         float64
 	halfOpenProbes int64
 	probesToClose  int64
 	throttleSust   time.Duration
-	maxConcurrent  int64
 	maxBreakers    int
-	fallback       func(*http.Request, error) (*http.Response, error)
-	rejectAsError  bool
 	onStateChange  func(key string, from, to State)
 	logger         *slog.Logger
 	registerer     prometheus.Registerer

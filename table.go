@@ -17,10 +17,10 @@ import (
 // interfaces, which cost the request path more than the rest of the key
 // lookup.
 type breakerTable struct {
-	seed  [2]uint64 // random: keys cannot be chosen to collide
 	slots atomic.Pointer[tableSlots]
-	live  int // live breakers; guarded by the writers' lock
-	used  int // slots holding a breaker or a tombstone; guarded by the writers' lock
+	seed  [2]uint64 // random: keys cannot be chosen to collide
+	live  int       // live breakers; guarded by the writers' lock
+	used  int       // slots holding a breaker or a tombstone; guarded by the writers' lock
 }
 
 // tableSlots is one slot array; its length is a power of two.
@@ -36,9 +36,15 @@ var tombstone = new(breaker)
 const minTableSlots = 16
 
 func newBreakerTable() *breakerTable {
-	t := &breakerTable{seed: [2]uint64{rand.Uint64(), rand.Uint64()}}
-	t.slots.Store(newTableSlots(minTableSlots))
+	t := new(breakerTable)
+	t.init()
 	return t
+}
+
+// init makes t an empty table; call it once, before any other method.
+func (t *breakerTable) init() {
+	t.seed = [2]uint64{rand.Uint64(), rand.Uint64()}
+	t.slots.Store(newTableSlots(minTableSlots))
 }
 
 func newTableSlots(n int) *tableSlots {

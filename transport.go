@@ -27,12 +27,14 @@ const minBudget = 50 * time.Millisecond
 // Transport is safe for concurrent use by multiple goroutines. Its
 // configuration cannot change after New.
 type Transport struct {
-	next  http.RoundTripper
-	cfg   config
-	epoch time.Time // clock zero: breakers keep time as nanoseconds since epoch
-
-	breakers *breakerTable  // written with mu held
+	// The request path reads the fields up to cfg's first ones: they are
+	// ordered to take few cache lines, which a request after a network
+	// round trip finds cold.
+	next     http.RoundTripper
+	breakers breakerTable   // written with mu held
 	routes   *routeBreakers // breakers by pattern and host, under WithRoutes
+	epoch    time.Time      // clock zero: breakers keep time as nanoseconds since epoch
+	cfg      config
 
 	mu        sync.Mutex // guards creation and eviction of breakers
 	nextEvict int64      // clock time before which no breaker can be idle; guarded by mu
@@ -60,7 +62,8 @@ func New(next http.RoundTripper, opts ...Option) *Transport {
 	if next == nil {
 		next = cleanhttp.DefaultPooledTransport()
 	}
-	t := &Transport{next: next, cfg: cfg, epoch: time.Now(), breakers: newBreakerTable()}
+	t := &Transport{next: next, cfg: cfg, epoch: time.Now()}
+	t.breakers.init()
 	if cfg.routes != nil {
 		t.routes = newRouteBreakers(len(cfg.routes.patterns))
 	}

@@ -27,6 +27,7 @@ type bucket struct {
 	// Written only with window.mu held.
 	epoch  atomic.Int64
 	counts [numOutcomes]atomic.Uint32 // indexed by Outcome; a bucket never sees 2^32 calls
+	_      [8]byte                    // 32 bytes: in a breaker, no bucket straddles two cache lines
 }
 
 // counts are the outcome counts of a window.
