@@ -6,12 +6,18 @@ import (
 	"time"
 )
 
-// notify reports a transition to the logger and the state-change hook. It
-// runs with no lock held, on the goroutine that caused the transition.
+// notify reports a transition, if there is one, to the logger and the
+// state-change hook. It runs with no lock held, on the goroutine that
+// caused the transition. It inlines: the request path, which almost never
+// has a transition to report, does not call into report.
 func (t *Transport) notify(tr *transition) {
-	if tr == nil {
-		return
+	if tr != nil {
+		t.report(tr)
 	}
+}
+
+// report is notify for a transition.
+func (t *Transport) report(tr *transition) {
 	if s := t.cfg.member; s != nil && !tr.fleet {
 		switch tr.to {
 		case StateOpen:

@@ -121,10 +121,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if b == nil {
 		return t.next.RoundTrip(req)
 	}
-	tk, reason, tr := b.admit(t.now)
-	if reason != admitted {
-		t.notify(tr)
-		return t.reject(req, b, reason, tk.start)
+	var tk ticket
+	var tr *transition
+	if w := b.word.Load(); stateOf(w) == StateClosed && t.cfg.maxConcurrent == 0 {
+		tk.gen = genOf(w) // admit's closed path, written out: it does not inline
+	} else {
+		var reason rejectReason
+		tk, reason, tr = b.admit(t.now)
+		if reason != admitted {
+			t.notify(tr)
+			return t.reject(req, b, reason, tk.start)
+		}
 	}
 	if t.cfg.slowCall > 0 && !tk.probe {
 		tk.start = t.now() // a probe's start, read at admission, identifies its slot
