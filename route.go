@@ -384,6 +384,9 @@ func (m *routeMatcher) matchIndex(r *http.Request) int {
 	}
 
 	i := m.lookup(host, method, path, decode, false)
+	if i >= 0 && !m.info[i].lastMulti {
+		return i // an exact match, whatever the path (see exactMatch)
+	}
 	if !m.exactMatch(i, path, false) && path != "" && path[len(path)-1] != '/' {
 		// ServeMux redirects to path + "/" if that matches exactly.
 		if j := m.lookup(host, method, path, decode, true); m.exactMatch(j, path, true) {

@@ -61,10 +61,10 @@ func routeKeyFunc(m *routeMatcher, c *routeKeyCache) KeyFunc {
 	}
 }
 
-// routeBreaker is breakerFor under WithRoutes. The breakers of each
+// routeBreaker is keyBreaker under WithRoutes. The breakers of each
 // pattern are kept with their hosts (see routeBreakers), so that the
 // request path neither builds nor hashes the route key, which is longer
-// than the host. The key and the breaker are those of breakerFor with
+// than the host. The key and the breaker are those of keyBreaker with
 // RouteKey.
 func (t *Transport) routeBreaker(req *http.Request) *breaker {
 	host := HostKey(req)
@@ -95,18 +95,18 @@ const routeHostsMax = 8
 // requests matching it went to. Readers load an immutable list through an
 // atomic pointer; writers copy it under mu.
 type routeBreakers struct {
-	pats []atomic.Pointer[[]routeBreaker]
+	pats []atomic.Pointer[[]hostBreaker]
 	mu   sync.Mutex // serializes writers
 }
 
-// routeBreaker is the breaker of one host and pattern.
-type routeBreaker struct {
+// hostBreaker is the breaker of one host and pattern.
+type hostBreaker struct {
 	host string
 	b    *breaker
 }
 
 func newRouteBreakers(patterns int) *routeBreakers {
-	return &routeBreakers{pats: make([]atomic.Pointer[[]routeBreaker], patterns)}
+	return &routeBreakers{pats: make([]atomic.Pointer[[]hostBreaker], patterns)}
 }
 
 // get returns the live breaker of pattern i and host, if kept.
@@ -129,11 +129,11 @@ func (r *routeBreakers) get(i int, host string) *breaker {
 func (r *routeBreakers) put(i int, host string, b *breaker) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var old []routeBreaker
+	var old []hostBreaker
 	if l := r.pats[i].Load(); l != nil {
 		old = *l
 	}
-	l := make([]routeBreaker, 0, len(old)+1)
+	l := make([]hostBreaker, 0, len(old)+1)
 	for _, e := range old {
 		if e.host != host && !e.b.evicted.Load() {
 			l = append(l, e)
@@ -142,7 +142,7 @@ func (r *routeBreakers) put(i int, host string, b *breaker) {
 	if len(l) == routeHostsMax {
 		return
 	}
-	l = append(l, routeBreaker{host: strings.Clone(host), b: b})
+	l = append(l, hostBreaker{host: strings.Clone(host), b: b})
 	r.pats[i].Store(&l)
 }
 

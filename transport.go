@@ -117,7 +117,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !routable(req) {
 		return t.next.RoundTrip(req)
 	}
-	b := t.breakerFor(req)
+	var b *breaker
+	if t.routes != nil {
+		b = t.routeBreaker(req)
+	} else {
+		b = t.keyBreaker(req, t.cfg.keyFunc(req))
+	}
 	if b == nil {
 		return t.next.RoundTrip(req)
 	}
@@ -187,16 +192,8 @@ func (t *Transport) call(req *http.Request, b *breaker, tk ticket, admission *tr
 	return resp, err
 }
 
-// breakerFor returns the breaker for the request's key, making it if
+// keyBreaker returns the breaker for the request's key, making it if
 // needed, or nil when the cap leaves no room even for the host key.
-func (t *Transport) breakerFor(req *http.Request) *breaker {
-	if t.routes != nil {
-		return t.routeBreaker(req)
-	}
-	return t.keyBreaker(req, t.cfg.keyFunc(req))
-}
-
-// keyBreaker is breakerFor for the request's key.
 func (t *Transport) keyBreaker(req *http.Request, key string) *breaker {
 	if b := t.breakers.get(key); b != nil {
 		return b
