@@ -55,6 +55,19 @@ type routeNode struct {
 type routeEdge struct {
 	lit  string
 	node *routeNode
+	// word is lit's bytes, little-endian, if it has at most eight: a
+	// segment read as one word then compares without a call.
+	word uint64
+}
+
+func newRouteEdge(lit string, node *routeNode) routeEdge {
+	e := routeEdge{lit: lit, node: node}
+	if len(lit) <= 8 {
+		for i := len(lit) - 1; i >= 0; i-- {
+			e.word = e.word<<8 | uint64(lit[i])
+		}
+	}
+	return e
 }
 
 // routeLitMapMin is the number of literal children from which a node also
@@ -255,10 +268,10 @@ func (n *routeNode) add(segs []routeSeg, i int) bool {
 			}
 			n = n.wild
 		default:
-			c := n.literal(s.s)
+			c := n.literal(s.s, s.s)
 			if c == nil {
 				c = newRouteNode()
-				n.lits = append(n.lits, routeEdge{s.s, c})
+				n.lits = append(n.lits, newRouteEdge(s.s, c))
 				if n.litMap != nil || len(n.lits) >= routeLitMapMin {
 					if n.litMap == nil {
 						n.litMap = make(map[string]*routeNode, len(n.lits))
@@ -290,16 +303,30 @@ func (n *routeNode) leafFor(segs []routeSeg) int {
 		case s.wild || s.s == "":
 			n = n.wild
 		default:
-			n = n.literal(s.s)
+			n = n.literal(s.s, s.s)
 		}
 	}
 	return n.pat
 }
 
 // literal returns the literal child of n with the unescaped key lit.
-func (n *routeNode) literal(lit string) *routeNode {
+// rest is lit and what follows it in the path.
+func (n *routeNode) literal(lit, rest string) *routeNode {
 	if n.litMap != nil {
 		return n.litMap[lit]
+	}
+	if len(lit) <= 8 && len(rest) >= 8 {
+		// Compare the segment as one word, without a call.
+		w := load64(rest)
+		if len(lit) < 8 {
+			w &= 1<<(8*len(lit)) - 1
+		}
+		for i := range n.lits {
+			if e := &n.lits[i]; e.word == w && len(e.lit) == len(lit) {
+				return e.node
+			}
+		}
+		return nil
 	}
 	for i := range n.lits {
 		// Most literals differ in length or first byte: skip the call
@@ -467,16 +494,17 @@ func (n *routeNode) lookup(path string, decode, slash bool) int {
 	}
 	// Split off the first segment. A lone "/" is the trailing-slash
 	// segment, whose key is "/".
-	var seg string
+	var seg, rest string // rest is seg and the path after it
 	escaped := false
 	if path == "" || (path == "/" && !slash) {
-		seg, path, slash = "/", "", false
+		seg, rest, path, slash = "/", "/", "", false
 	} else {
 		// A loop beats strings.IndexByte on short segments.
 		i := 1
 		for i < len(path) && path[i] != '/' {
 			i++
 		}
+		rest = path[1:]
 		seg, path = path[1:i], path[i:]
 		// ServeMux unescapes the segment unless it is invalidly escaped.
 		escaped = decode && strings.IndexByte(seg, '%') >= 0 && validEscapes(seg)
@@ -488,7 +516,7 @@ func (n *routeNode) lookup(path string, decode, slash bool) int {
 		if escaped {
 			c = n.literalEscaped(seg)
 		} else {
-			c = n.literal(seg)
+			c = n.literal(seg, rest)
 		}
 		if c != nil {
 			if i := c.lookup(path, decode, slash); i >= 0 {

@@ -100,6 +100,16 @@ var routePatternSets = map[string][]string{
 	"tricky":  routeTrickyPatterns,
 	"subtree": routeSubtreePatterns,
 	"many":    routeManyLiteralPatterns,
+	"lengths": routeLiteralLengthPatterns,
+}
+
+// routeLiteralLengthPatterns have literals of every length around a
+// machine word (which literal compares as one), sharing prefixes, in
+// nodes that also have a wildcard to fall back to.
+var routeLiteralLengthPatterns = []string{
+	"/a/{x}", "/ab/{x}", "/abc/{x}", "/abcd/end", "/abcde/{x}", "/abcdef/{x}", "/abcdefg/end",
+	"/abcdefgh/{x}", "/abcdefghi/{x}", "/abcdefghij/end", "/{w}", "/{w}/{x}/{y}",
+	"/abcdefgh/abcdefgh/{z}", "/abcdefgh/abcdefg", "/abcdefgh/abcdefghi/{$}", "/b/c/d/e/f/g/h/i/j",
 }
 
 // routeTestHandler is the handler registered for a pattern, so that a
