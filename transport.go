@@ -3,6 +3,7 @@ package httpbreaker
 import (
 	"errors"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -223,7 +224,7 @@ func (t *Transport) create(req *http.Request, key string) (*breaker, bool) {
 		}
 		now := t.now()
 		if t.breakers.live < t.cfg.maxBreakers || t.evictLocked(now) {
-			b := newBreaker(key, &t.cfg, now)
+			b := newBreaker(strings.Clone(key), &t.cfg, now) // not the request's memory
 			t.breakers.insert(b)
 			return b, true
 		}

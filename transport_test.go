@@ -12,6 +12,7 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unsafe"
 
 	"github.com/hashicorp/go-cleanhttp"
 	"github.com/jarcoal/httpmock"
@@ -486,4 +487,24 @@ func TestRejectedErrorWhenHalfOpenAndBulkhead(t *testing.T) {
 		require.Contains(t, re.Error(), "circuit half-open for api.test")
 		d.release()
 	})
+}
+
+// TestBreakerKeyDoesNotPinTheRequest: a breaker outlives the request that
+// made it, so its key must not be a substring of that request's URL,
+// which would keep the whole URL (query string included) in memory.
+func TestBreakerKeyDoesNotPinTheRequest(t *testing.T) {
+	raw := "http://api.test/v1/users?token=" + strings.Repeat("s", 4096)
+	req, err := http.NewRequest(http.MethodGet, raw, nil)
+	require.NoError(t, err)
+	tr := New(newDep(http.StatusOK))
+	resp, err := tr.RoundTrip(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	b := tr.breakers.get("api.test")
+	require.NotNil(t, b)
+	key := uintptr(unsafe.Pointer(unsafe.StringData(b.key)))
+	url := uintptr(unsafe.Pointer(unsafe.StringData(raw)))
+	host := uintptr(unsafe.Pointer(unsafe.StringData(req.URL.Host)))
+	require.NotEqual(t, host, key)
+	require.False(t, key >= url && key < url+uintptr(len(raw)), "the key points into the request's URL")
 }
