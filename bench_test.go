@@ -1,6 +1,7 @@
 package httpbreaker
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"runtime"
@@ -35,6 +36,13 @@ func BenchmarkClosed(b *testing.B) {
 	b.Run("host-key", func(b *testing.B) { benchRoundTrip(b, New(newStub()), req) })
 	b.Run("route-key", func(b *testing.B) {
 		benchRoundTrip(b, New(newStub(), WithRoutes(benchPatterns...)), req)
+	})
+	b.Run("host-key-deadline", func(b *testing.B) {
+		// As through an http.Client with a Timeout, which gives every
+		// request a context deadline.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		benchRoundTrip(b, New(newStub()), req.WithContext(ctx))
 	})
 	b.Run("slow-call-threshold", func(b *testing.B) {
 		benchRoundTrip(b, New(newStub(), WithSlowCallThreshold(time.Second)), req)
