@@ -110,7 +110,10 @@ func (t *Transport) now() int64 { return int64(time.Since(t.epoch)) }
 // Deadlines: a call that ends because the request context's deadline
 // passed counts as a failure, unless that deadline left less than 50ms
 // when the call was admitted: a caller that gives a dependency less than
-// that has spent its own budget, and the call is ignored.
+// that has spent its own budget, and the call is ignored. A request with
+// a deadline reads the clock at admission for this; if it succeeds, it
+// counts in the window at that time rather than when it ended, so that
+// the request path still reads the clock only once.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req == nil {
 		return nil, errors.New("httpbreaker: nil Request")
@@ -139,13 +142,24 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return t.reject(req, b, reason, tk.start)
 		}
 	}
-	if t.cfg.slowCall > 0 && !tk.probe {
-		tk.start = t.now() // a probe's start, read at admission, identifies its slot
+	if t.cfg.slowCall > 0 && !tk.is(tkProbe) {
+		tk.start, tk.flags = t.now(), tk.flags|tkTimed // a probe's start, read at admission, identifies its slot
 	}
-	if d, ok := req.Context().Deadline(); ok && time.Until(d) < minBudget {
-		tk.short = true
+	if d, ok := req.Context().Deadline(); ok {
+		t.budget(&tk, d)
 	}
 	return t.call(req, b, tk, tr)
+}
+
+// budget applies the deadline rule (see RoundTrip) to an admission whose
+// request's context has deadline d.
+func (t *Transport) budget(tk *ticket, d time.Time) {
+	if tk.flags&(tkProbe|tkTimed) == 0 {
+		tk.start, tk.flags = t.now(), tk.flags|tkTimed
+	}
+	if time.Duration(int64(d.Sub(t.epoch))-tk.start) < minBudget {
+		tk.flags |= tkShort
+	}
 }
 
 // call reports the admission's transition, sends the admitted request to
@@ -179,8 +193,14 @@ func (t *Transport) call(req *http.Request, b *breaker, tk ticket, admission *tr
 		err = errors.New("httpbreaker: next RoundTripper returned a nil response and a nil error")
 	}
 	o := t.cfg.classifier(req, resp, err)
-	now := t.now()
-	if o == OutcomeFailure && tk.short && err != nil && callerEnded(req, t.epoch.Add(time.Duration(now))) == endedByDeadline {
+	// A success that read the clock at admission (for its deadline) counts
+	// then: no second read. See window.add for calls that outlive their
+	// bucket.
+	now := tk.start
+	if !tk.is(tkTimed) || o != OutcomeSuccess || t.cfg.slowCall > 0 {
+		now = t.now()
+	}
+	if o == OutcomeFailure && tk.is(tkShort) && err != nil && callerEnded(req, t.epoch.Add(time.Duration(now))) == endedByDeadline {
 		o = OutcomeIgnored
 	}
 	if o == OutcomeSuccess && t.cfg.slowCall > 0 && time.Duration(now-tk.start) > t.cfg.slowCall {

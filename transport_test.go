@@ -329,6 +329,44 @@ func TestDeadlineBudgetRule(t *testing.T) {
 	})
 }
 
+// TestDeadlineSuccessCountsAtAdmission: a success through a request with
+// a deadline counts at the time it was admitted (so the request path reads
+// the clock once). One that outlived its bucket's turn in the window
+// counts in the totals only, not in the bucket that took its place.
+func TestDeadlineSuccessCountsAtAdmission(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		next := rtFunc(func(r *http.Request) (*http.Response, error) {
+			if d, err := time.ParseDuration(strings.TrimPrefix(r.URL.Path, "/v1/things/sleep/")); err == nil {
+				time.Sleep(d)
+			}
+			return response(r, http.StatusOK, nil), nil
+		})
+		tr := New(next, WithWindow(10*time.Second)) // 1s buckets
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		call := func(path string) {
+			_, err := getCtx(t, ctx, tr, testURL+path)
+			require.NoError(t, err)
+		}
+		call("/") // t=0: bucket 0
+		b := tr.breakers.get(testKey)
+
+		time.Sleep(1500 * time.Millisecond)
+		call("/sleep/700ms") // admitted at 1.5s, ends at 2.2s
+		require.Equal(t, uint32(1), b.win.buckets[1].counts[OutcomeSuccess].Load())
+		require.Zero(t, b.win.buckets[2].counts[OutcomeSuccess].Load())
+
+		done := make(chan struct{})
+		go func() { call("/sleep/15s"); close(done) }() // bucket 2, ends at 17.2s
+		time.Sleep(10300 * time.Millisecond)
+		call("/") // 12.5s: bucket 12 takes bucket 2's place
+		<-done
+		require.Equal(t, uint32(1), b.win.buckets[2].counts[OutcomeSuccess].Load(), "bucket 12 holds its own call only")
+		require.Equal(t, int64(1), tr.Snapshot()[0].Requests, "in the window at 17.2s: the call at 12.5s")
+		require.Equal(t, int64(4), b.win.totals()[OutcomeSuccess])
+	})
+}
+
 func TestClientTimeoutIsAFailure(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newDep(200)

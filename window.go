@@ -41,14 +41,28 @@ func (c counts) requests() int64 {
 // init sets the window's length; call it once, before any other method.
 func (w *window) init(length int64) { w.width = length / bucketCount }
 
-// add records one outcome at clock time now.
+// add records one outcome at clock time now. An outcome whose time is so
+// far back that its bucket has moved on (a success counted at admission,
+// see Transport.RoundTrip, that outlived the window) counts in the totals
+// only.
 func (w *window) add(now int64, o Outcome) {
 	idx := now / w.width
 	b := &w.buckets[idx%bucketCount]
-	if b.epoch.Load() != idx {
+	if e := b.epoch.Load(); e != idx {
+		if e > idx {
+			w.addRetired(o)
+			return
+		}
 		w.roll(b, idx)
 	}
 	b.counts[o].Add(1)
+}
+
+// addRetired counts an outcome that is already out of the window.
+func (w *window) addRetired(o Outcome) {
+	w.mu.Lock()
+	w.retired[o]++
+	w.mu.Unlock()
 }
 
 // roll moves b's counts to retired and gives it to bucket number idx,
