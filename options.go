@@ -180,7 +180,10 @@ func WithClassifier(f Classifier) Option {
 
 // WithWindow sets the length of the rolling window over which the failure
 // rate is computed [10s]. The window is divided into 10 buckets; whole
-// buckets expire as time passes. d must be at least 10ms.
+// buckets expire as time passes. d must be at least 10ms. An outcome
+// counts at the time its call ended, except a success through a request
+// with a context deadline, which counts at the time it was admitted (see
+// Transport.RoundTrip).
 //
 // When a dependency hangs, successes stop at once but timeouts arrive a
 // whole client timeout later: a window much longer than the timeout keeps
