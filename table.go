@@ -87,8 +87,11 @@ func hashMix(a, b uint64) uint64 {
 // get returns the live breaker for key, or nil. A breaker removed
 // concurrently may still be returned, as by any concurrent map.
 func (t *breakerTable) get(key string) *breaker {
-	h := t.hash(key)
 	s := t.slots.Load()
+	if s == nil {
+		return nil // the zero table, of a Transport not made by New
+	}
+	h := t.hash(key)
 	for i := h & s.mask; ; i = (i + 1) & s.mask {
 		b := s.slots[i].Load()
 		if b == nil {
@@ -168,6 +171,9 @@ func (t *breakerTable) remove(b *breaker) {
 // like sync.Map.Range.
 func (t *breakerTable) each(f func(*breaker) bool) {
 	s := t.slots.Load()
+	if s == nil {
+		return
+	}
 	for i := range s.slots {
 		if b := s.slots[i].Load(); b != nil && b != tombstone && !f(b) {
 			return

@@ -26,7 +26,8 @@ const minBudget = 50 * time.Millisecond
 // state is computed from the clock when it is needed.
 //
 // Transport is safe for concurrent use by multiple goroutines. Its
-// configuration cannot change after New.
+// configuration cannot change after New. The zero Transport is not
+// usable: its RoundTrip returns an error, and it has no breakers.
 type Transport struct {
 	// The request path reads the fields up to cfg's first ones: they are
 	// ordered to take few cache lines, which a request after a network
@@ -42,6 +43,9 @@ type Transport struct {
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
+
+// errNotNew is RoundTrip's error on a Transport that New did not make.
+var errNotNew = errors.New("httpbreaker: Transport used without New: make one with httpbreaker.New")
 
 // New returns a Transport that sends requests through circuit breakers to
 // next. A nil next means cleanhttp.DefaultPooledTransport(): a pooled
@@ -117,6 +121,12 @@ func (t *Transport) now() int64 { return int64(time.Since(t.epoch)) }
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req == nil {
 		return nil, errors.New("httpbreaker: nil Request")
+	}
+	if t.cfg.keyFunc == nil {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, errNotNew
 	}
 	if !routable(req) {
 		return t.next.RoundTrip(req)
@@ -233,6 +243,9 @@ func (t *Transport) keyBreaker(req *http.Request, key string) *breaker {
 // the request's host key, and returns nil when even that has no room.
 // It reports whether the breaker is new.
 func (t *Transport) create(req *http.Request, key string) (*breaker, bool) {
+	if t.cfg.keyFunc == nil {
+		return nil, false // not made by New: no breakers
+	}
 	if len(key) > maxKeyLen {
 		key = HostKey(req)
 	}
