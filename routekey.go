@@ -125,8 +125,12 @@ func (r *routeBreakers) get(i int, host string) *breaker {
 }
 
 // put keeps b as the breaker of pattern i and host, in place of an
-// evicted one, if there is room.
+// evicted one, if there is room. A pattern with no room costs the hosts
+// past the bound no lock: put returns before taking it.
 func (r *routeBreakers) put(i int, host string, b *breaker) {
+	if !r.room(i) {
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var old []hostBreaker
@@ -144,6 +148,21 @@ func (r *routeBreakers) put(i int, host string, b *breaker) {
 	}
 	l = append(l, hostBreaker{host: strings.Clone(host), b: b})
 	r.pats[i].Store(&l)
+}
+
+// room reports whether pattern i keeps fewer than routeHostsMax live
+// breakers.
+func (r *routeBreakers) room(i int) bool {
+	l := r.pats[i].Load()
+	if l == nil || len(*l) < routeHostsMax {
+		return true
+	}
+	for _, e := range *l {
+		if e.b.evicted.Load() {
+			return true
+		}
+	}
+	return false
 }
 
 // routeKeyCacheHosts bounds the number of hosts a routeKeyCache holds.

@@ -93,3 +93,27 @@ func TestRoutesSameKeysAsRouteKey(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"api.test"}, keys(replaced))
 }
+
+// TestRoutesFullPatternTakesNoLock: past routeHostsMax hosts on one
+// pattern, requests find their breaker by key without taking the route
+// cache's lock.
+func TestRoutesFullPatternTakesNoLock(t *testing.T) {
+	tr := New(newDep(http.StatusOK), WithRoutes("GET /v1/users/{id}"))
+	for i := range routeHostsMax + 1 {
+		_, err := get(t, tr, "http://shard"+strconv.Itoa(i)+".test/v1/users/1")
+		require.NoError(t, err)
+	}
+	tr.routes.mu.Lock() // held: a request that took it would hang
+	defer tr.routes.mu.Unlock()
+	done := make(chan error, 1)
+	go func() {
+		_, err := get(t, tr, "http://shard"+strconv.Itoa(routeHostsMax)+".test/v1/users/2")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a request past the bound waited for the route cache's lock")
+	}
+}
