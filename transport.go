@@ -216,7 +216,12 @@ func (t *Transport) call(req *http.Request, b *breaker, tk ticket, admission *tr
 	if o == OutcomeSuccess && t.cfg.slowCall > 0 && time.Duration(now-tk.start) > t.cfg.slowCall {
 		o = OutcomeFailure
 	}
-	tr := b.record(tk, o, now, resp)
+	var tr *transition
+	if o == OutcomeSuccess && tk.flags&tkProbe == 0 && t.cfg.maxConcurrent == 0 && genOf(b.word.Load()) == tk.gen {
+		b.win.add(now, o) // record's closed-path success, written out: it does not inline
+	} else {
+		tr = b.record(tk, o, now, resp)
+	}
 	recorded = true
 	t.notify(tr)
 	returned = true
