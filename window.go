@@ -48,32 +48,29 @@ func (w *window) init(length int64) { w.width = length / bucketCount }
 func (w *window) add(now int64, o Outcome) {
 	idx := now / w.width
 	b := &w.buckets[idx%bucketCount]
-	if e := b.epoch.Load(); e != idx {
-		if e > idx {
-			w.addRetired(o)
-			return
-		}
-		w.roll(b, idx)
+	if b.epoch.Load() != idx {
+		w.addSlow(b, idx, o)
+		return
 	}
 	b.counts[o].Add(1)
 }
 
-// addRetired counts an outcome that is already out of the window.
-func (w *window) addRetired(o Outcome) {
+// addSlow is add for a bucket that does not belong to bucket number idx:
+// it moves the bucket's counts to retired and gives it to idx, unless a
+// newer bucket number owns it already, in which case the outcome counts
+// in retired only.
+func (w *window) addSlow(b *bucket, idx int64, o Outcome) {
 	w.mu.Lock()
-	w.retired[o]++
-	w.mu.Unlock()
-}
-
-// roll moves b's counts to retired and gives it to bucket number idx,
-// unless a newer bucket number already owns it.
-func (w *window) roll(b *bucket, idx int64) {
-	w.mu.Lock()
-	if b.epoch.Load() < idx {
+	if e := b.epoch.Load(); e > idx {
+		w.retired[o]++
+		w.mu.Unlock()
+		return
+	} else if e < idx {
 		w.retireLocked(b)
 		b.epoch.Store(idx)
 	}
 	w.mu.Unlock()
+	b.counts[o].Add(1)
 }
 
 // retireLocked moves b's counts to retired. Requires w.mu held.
