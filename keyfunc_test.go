@@ -138,3 +138,36 @@ func TestEvictionNeverTakesAHalfOpenBreaker(t *testing.T) {
 		<-done
 	})
 }
+
+// TestFullCapTakesNoLock: once the cap is reached with nothing to evict, a
+// flood of new keys finds its way (the host's breaker, or none) without
+// taking the Transport's lock, until a breaker could be evicted.
+func TestFullCapTakesNoLock(t *testing.T) {
+	d := newDep(200)
+	tr := New(d, WithRoutes("/a/{id}"), WithMaxBreakers(1))
+	_, err := get(t, tr, "http://api.test/other") // the host's breaker: the cap is reached
+	require.NoError(t, err)
+	_, err = get(t, tr, "http://api.test/a/1") // no room for the route: the host's breaker
+	require.NoError(t, err)
+	_, err = get(t, tr, "http://new.test/") // no room at all: unprotected
+	require.NoError(t, err)
+
+	tr.mu.Lock() // held: a request that took it would hang
+	defer tr.mu.Unlock()
+	done := make(chan error, 1)
+	go func() {
+		_, err := get(t, tr, "http://api.test/a/2")
+		if err == nil {
+			_, err = get(t, tr, "http://another.test/")
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a request at the full cap waited for the Transport's lock")
+	}
+	require.Equal(t, int64(5), d.calls.Load(), "every request reached the dependency")
+	require.Equal(t, int64(3), tr.breakers.get("api.test").win.totals().requests())
+}

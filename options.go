@@ -290,7 +290,9 @@ func WithMaxConcurrent(n int) Option {
 // Past the cap, an idle closed breaker is evicted to make room; if none is
 // idle, a new key falls back to its host key, and if even that has no room
 // the request goes through unprotected. Open and half-open breakers are
-// never evicted. n must be at least 1.
+// never evicted. While the cap is reached and nothing can be evicted, a
+// flood of new keys costs no lock: the Transport looks for idle breakers
+// again once per window bucket. n must be at least 1.
 func WithMaxBreakers(n int) Option {
 	return intOption("WithMaxBreakers", n, 1, func(c *config) { c.maxBreakers = n })
 }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-cleanhttp"
@@ -40,6 +41,9 @@ type Transport struct {
 
 	mu        sync.Mutex // guards creation and eviction of breakers
 	nextEvict int64      // clock time before which no breaker can be idle; guarded by mu
+	// full is the clock time before which the cap leaves no room for a
+	// new breaker: nextEvict, stored when a breaker could not be made.
+	full atomic.Int64
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -254,6 +258,9 @@ func (t *Transport) create(req *http.Request, key string) (*breaker, bool) {
 	if len(key) > maxKeyLen {
 		key = HostKey(req)
 	}
+	if t.now() < t.full.Load() {
+		return t.lookupFull(req, key), false
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for {
@@ -266,12 +273,26 @@ func (t *Transport) create(req *http.Request, key string) (*breaker, bool) {
 			t.breakers.insert(b)
 			return b, true
 		}
+		t.full.Store(t.nextEvict) // no room, nor any until then
 		host := HostKey(req)
 		if host == key || req == nil {
 			return nil, false
 		}
 		key = host
 	}
+}
+
+// lookupFull is create while the cap is reached and no breaker can be
+// evicted: a flood of new keys then finds the breakers that exist (its
+// host's) without taking t.mu, which could only say there is no room.
+func (t *Transport) lookupFull(req *http.Request, key string) *breaker {
+	if b := t.breakers.get(key); b != nil || req == nil {
+		return b
+	}
+	if host := HostKey(req); host != key {
+		return t.breakers.get(host)
+	}
+	return nil
 }
 
 // evictLocked removes one idle closed breaker, if there is one. When
