@@ -221,10 +221,10 @@ func (t *Transport) call(req *http.Request, b *breaker, tk ticket, admission *tr
 		o = OutcomeFailure
 	}
 	var tr *transition
-	if o == OutcomeSuccess && tk.flags&tkProbe == 0 && t.cfg.maxConcurrent == 0 && genOf(b.word.Load()) == tk.gen {
-		b.win.add(now, o) // record's closed-path success, written out: it does not inline
+	if b.plainSuccess(tk, o) { // record, with its common case inlined
+		b.win.add(now, o)
 	} else {
-		tr = b.record(tk, o, now, resp)
+		tr = b.recordOther(tk, o, now, resp)
 	}
 	recorded = true
 	t.notify(tr)
