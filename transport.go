@@ -39,11 +39,11 @@ type Transport struct {
 	epoch    time.Time      // clock zero: breakers keep time as nanoseconds since epoch
 	cfg      config
 
-	mu        sync.Mutex // guards creation and eviction of breakers
-	nextEvict int64      // clock time before which no breaker can be idle; guarded by mu
-	// full is the clock time before which the cap leaves no room for a
-	// new breaker: nextEvict, stored when a breaker could not be made.
-	full atomic.Int64
+	mu sync.Mutex // guards creation and eviction of breakers
+	// nextEvict is the clock time before which no breaker can be evicted:
+	// set, under mu, when the cap is reached and none is idle. Until then
+	// there is no room for a new breaker, which create learns without mu.
+	nextEvict atomic.Int64
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -258,7 +258,7 @@ func (t *Transport) create(req *http.Request, key string) (*breaker, bool) {
 	if len(key) > maxKeyLen {
 		key = HostKey(req)
 	}
-	if t.now() < t.full.Load() {
+	if t.now() < t.nextEvict.Load() {
 		return t.lookupFull(req, key), false
 	}
 	t.mu.Lock()
@@ -273,7 +273,6 @@ func (t *Transport) create(req *http.Request, key string) (*breaker, bool) {
 			t.breakers.insert(b)
 			return b, true
 		}
-		t.full.Store(t.nextEvict) // no room, nor any until then
 		host := HostKey(req)
 		if host == key || req == nil {
 			return nil, false
@@ -300,7 +299,7 @@ func (t *Transport) lookupFull(req *http.Request, key string) *breaker {
 // of new keys does not rescan a full map of busy breakers for each one.
 // Requires t.mu held.
 func (t *Transport) evictLocked(now int64) bool {
-	if now < t.nextEvict {
+	if now < t.nextEvict.Load() {
 		return false
 	}
 	var victim *breaker
@@ -312,7 +311,7 @@ func (t *Transport) evictLocked(now int64) bool {
 		return true
 	})
 	if victim == nil {
-		t.nextEvict = now + int64(t.cfg.window)/bucketCount
+		t.nextEvict.Store(now + int64(t.cfg.window)/bucketCount)
 		return false
 	}
 	t.breakers.remove(victim)
