@@ -25,9 +25,15 @@ type breakerTable struct {
 
 // tableSlots is one slot array; its length is a power of two.
 type tableSlots struct {
-	mask  uint64
 	slots []atomic.Pointer[breaker]
 }
+
+// home is the slot where a probe for hash h starts. The length, a power
+// of two, less one is the mask.
+func (s *tableSlots) home(h uint64) uint64 { return h & uint64(len(s.slots)-1) }
+
+// next is the slot a probe tries after slot i.
+func (s *tableSlots) next(i uint64) uint64 { return (i + 1) & uint64(len(s.slots)-1) }
 
 // tombstone marks a removed breaker's slot, so that probes go on past it.
 var tombstone = new(breaker)
@@ -48,7 +54,7 @@ func (t *breakerTable) init() {
 }
 
 func newTableSlots(n int) *tableSlots {
-	return &tableSlots{mask: uint64(n - 1), slots: make([]atomic.Pointer[breaker], n)}
+	return &tableSlots{slots: make([]atomic.Pointer[breaker], n)}
 }
 
 // hash is the hash of key in this table: wyhash, as the Go runtime's
@@ -92,7 +98,7 @@ func (t *breakerTable) get(key string) *breaker {
 		return nil // the zero table, of a Transport not made by New
 	}
 	h := t.hash(key)
-	for i := h & s.mask; ; i = (i + 1) & s.mask {
+	for i := s.home(h); ; i = s.next(i) {
 		b := s.slots[i].Load()
 		if b == nil {
 			return nil
@@ -117,7 +123,7 @@ func (t *breakerTable) insert(b *breaker) {
 		}
 		s = t.rehash(n)
 	}
-	for i := b.hash & s.mask; ; i = (i + 1) & s.mask {
+	for i := s.home(b.hash); ; i = s.next(i) {
 		switch s.slots[i].Load() {
 		case nil:
 			t.used++
@@ -137,7 +143,7 @@ func (t *breakerTable) rehash(n int) *tableSlots {
 	s := newTableSlots(n)
 	t.used = 0
 	t.each(func(b *breaker) bool {
-		for i := b.hash & s.mask; ; i = (i + 1) & s.mask {
+		for i := s.home(b.hash); ; i = s.next(i) {
 			if s.slots[i].Load() == nil {
 				s.slots[i].Store(b)
 				t.used++
@@ -154,7 +160,7 @@ func (t *breakerTable) rehash(n int) *tableSlots {
 // writers' lock.
 func (t *breakerTable) remove(b *breaker) {
 	s := t.slots.Load()
-	for i := b.hash & s.mask; ; i = (i + 1) & s.mask {
+	for i := s.home(b.hash); ; i = s.next(i) {
 		switch s.slots[i].Load() {
 		case nil:
 			return
