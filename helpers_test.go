@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
 
@@ -168,4 +169,21 @@ func (l *transitionLog) list() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]string(nil), l.got...)
+}
+
+// requireNoLock holds mu while f runs on another goroutine, and requires
+// that f finish, without error: had f taken mu, it would still be waiting
+// when the 10s guard fires. what names f in the failure.
+func requireNoLock(t *testing.T, mu *sync.Mutex, what string, f func() error) {
+	t.Helper()
+	mu.Lock()
+	defer mu.Unlock()
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s waited for a lock held elsewhere", what)
+	}
 }

@@ -152,22 +152,13 @@ func TestFullCapTakesNoLock(t *testing.T) {
 	_, err = get(t, tr, "http://new.test/") // no room at all: unprotected
 	require.NoError(t, err)
 
-	tr.mu.Lock() // held: a request that took it would hang
-	defer tr.mu.Unlock()
-	done := make(chan error, 1)
-	go func() {
-		_, err := get(t, tr, "http://api.test/a/2")
-		if err == nil {
-			_, err = get(t, tr, "http://another.test/")
+	requireNoLock(t, &tr.mu, "a request at the full cap", func() error {
+		if _, err := get(t, tr, "http://api.test/a/2"); err != nil {
+			return err
 		}
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("a request at the full cap waited for the Transport's lock")
-	}
+		_, err := get(t, tr, "http://another.test/")
+		return err
+	})
 	require.Equal(t, int64(5), d.calls.Load(), "every request reached the dependency")
 	require.Equal(t, int64(3), tr.breakers.get("api.test").win.totals().requests())
 }
