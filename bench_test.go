@@ -52,6 +52,18 @@ func BenchmarkClosed(b *testing.B) {
 	})
 }
 
+// rtCase is a RoundTripper to benchmark, by name.
+type rtCase struct {
+	name string
+	rt   http.RoundTripper
+}
+
+// bareAndHostKey are the two sides of an overhead: a stub alone and a
+// Transport with its defaults in front of another.
+func bareAndHostKey(stub func() http.RoundTripper) []rtCase {
+	return []rtCase{{"bare", stub()}, {"host-key", New(stub())}}
+}
+
 // readingStub is a stub that reads the request as any real transport
 // does, so that a cold request costs bare and wrapped calls alike.
 type readingStub struct{ stub }
@@ -72,10 +84,9 @@ func (s *readingStub) RoundTrip(r *http.Request) (*http.Response, error) {
 func BenchmarkClosedCold(b *testing.B) {
 	req := mustReq(b, "http://api.example.com/v1/users/42/orders")
 	evict := make([]byte, 8<<20)
-	for _, c := range []struct {
-		name string
-		rt   http.RoundTripper
-	}{{"bare", &readingStub{*newStub()}}, {"host-key", New(&readingStub{*newStub()})}, {"route-key", New(&readingStub{*newStub()}, WithRoutes(benchPatterns...))}} {
+	stub := func() http.RoundTripper { return &readingStub{*newStub()} }
+	cases := append(bareAndHostKey(stub), rtCase{"route-key", New(stub(), WithRoutes(benchPatterns...))})
+	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
 			var total time.Duration
 			for b.Loop() {
@@ -105,10 +116,7 @@ var benchPatterns = []string{
 // BenchmarkClosedParallel runs one hot key from every P; compare with
 // -cpu 1,2,8.
 func BenchmarkClosedParallel(b *testing.B) {
-	for _, c := range []struct {
-		name string
-		rt   http.RoundTripper
-	}{{"bare", newStub()}, {"host-key", New(newStub())}} {
+	for _, c := range bareAndHostKey(func() http.RoundTripper { return newStub() }) {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
@@ -130,10 +138,7 @@ func BenchmarkManyHosts(b *testing.B) {
 	for i := range reqs {
 		reqs[i] = mustReq(b, "http://host"+strconv.Itoa(i)+".example.com/")
 	}
-	for _, c := range []struct {
-		name string
-		rt   http.RoundTripper
-	}{{"bare", newStub()}, {"host-key", New(newStub())}} {
+	for _, c := range bareAndHostKey(func() http.RoundTripper { return newStub() }) {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			i := 0
