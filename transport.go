@@ -259,32 +259,25 @@ func (t *Transport) create(req *http.Request, key string) (*breaker, bool) {
 		key = HostKey(req)
 	}
 	if t.now() < t.nextEvict.Load() {
-		return t.lookupFull(req, key), false
+		return t.existing(req, key), false // no room: t.mu would only say so
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for {
-		if b := t.breakers.get(key); b != nil {
-			return b, false
-		}
-		now := t.now()
-		if t.breakers.live < t.cfg.maxBreakers || t.evictLocked(now) {
-			b := newBreaker(strings.Clone(key), &t.cfg, now) // not the request's memory
-			t.breakers.insert(b)
-			return b, true
-		}
-		host := HostKey(req)
-		if host == key || req == nil {
-			return nil, false
-		}
-		key = host
+	if b := t.breakers.get(key); b != nil {
+		return b, false
 	}
+	now := t.now()
+	if t.breakers.live < t.cfg.maxBreakers || t.evictLocked(now) {
+		b := newBreaker(strings.Clone(key), &t.cfg, now) // not the request's memory
+		t.breakers.insert(b)
+		return b, true
+	}
+	return t.existing(req, key), false
 }
 
-// lookupFull is create while the cap is reached and no breaker can be
-// evicted: a flood of new keys then finds the breakers that exist (its
-// host's) without taking t.mu, which could only say there is no room.
-func (t *Transport) lookupFull(req *http.Request, key string) *breaker {
+// existing is create when the cap leaves no room for a new breaker: the
+// breaker of key, else of the request's host key, if either exists.
+func (t *Transport) existing(req *http.Request, key string) *breaker {
 	if b := t.breakers.get(key); b != nil || req == nil {
 		return b
 	}
