@@ -54,10 +54,7 @@ func routeKeyFunc(m *routeMatcher, c *routeKeyCache) KeyFunc {
 		if i < 0 {
 			return host
 		}
-		if hk := c.host(host); hk != nil {
-			return hk.key(host, m.patterns[i], i)
-		}
-		return routeKeyString(host, m.patterns[i])
+		return c.key(host, i)
 	}
 }
 
@@ -75,10 +72,7 @@ func (t *Transport) routeBreaker(req *http.Request) *breaker {
 	if b := t.routes.get(i, host); b != nil {
 		return b
 	}
-	key := routeKeyString(host, t.cfg.routes.patterns[i])
-	if hk := t.cfg.routeKeys.host(host); hk != nil {
-		key = hk.key(host, t.cfg.routes.patterns[i], i)
-	}
+	key := t.cfg.routeKeys.key(host, i)
 	b := t.keyBreaker(req, key)
 	if b != nil && b.key == key {
 		t.routes.put(i, host, b)
@@ -215,6 +209,15 @@ func (c *routeKeyCache) host(host string) *hostRoutes {
 	m[strings.Clone(host)] = hk
 	c.hosts.Store(&m)
 	return hk
+}
+
+// key returns the key of host and pattern i, from the cache if the host
+// has room in it.
+func (c *routeKeyCache) key(host string, i int) string {
+	if hk := c.host(host); hk != nil {
+		return hk.key(host, c.patterns[i], i)
+	}
+	return routeKeyString(host, c.patterns[i])
 }
 
 // key returns the key of host and pattern i.

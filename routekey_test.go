@@ -108,3 +108,17 @@ func TestRoutesFullPatternTakesNoLock(t *testing.T) {
 		return err
 	})
 }
+
+// TestRoutesPastTheBoundDoNotAllocate: a host past routeHostsMax on a
+// pattern finds its breaker by key, and the key comes from the key cache:
+// no allocation per request.
+func TestRoutesPastTheBoundDoNotAllocate(t *testing.T) {
+	tr := New(newStub(), WithRoutes("GET /v1/users/{id}"))
+	var last *http.Request
+	for i := range routeHostsMax + 1 {
+		last = mustReq(t, "http://shard"+strconv.Itoa(i)+".test/v1/users/1")
+		_, err := tr.RoundTrip(last)
+		require.NoError(t, err)
+	}
+	require.Zero(t, testing.AllocsPerRun(100, func() { _, _ = tr.RoundTrip(last) }))
+}
