@@ -25,11 +25,15 @@ func (f optionFunc) apply(c *config) { f(c) }
 type config struct {
 	// The request path reads these first fields: keep them together.
 	keyFunc       KeyFunc
-	classifier    Classifier
+	classifier    Classifier // nil: DefaultClassifier
 	slowCall      time.Duration
 	maxConcurrent int64
 	fallback      func(*http.Request, error) (*http.Response, error)
 	rejectAsError bool
+	// plain is set when a closed-path success needs nothing but counting:
+	// the default classifier, no slow-call threshold and no bulkhead.
+	// RoundTrip then takes its short path (see Transport.plainCall).
+	plain bool
 
 	routes         *routeMatcher  // the patterns of WithRoutes, whose RouteKey is keyFunc
 	routeKeys      *routeKeyCache // keyFunc's key cache, under WithRoutes
@@ -77,7 +81,6 @@ type config struct {
 func defaultConfig() config {
 	return config{
 		keyFunc:        HostKey,
-		classifier:     DefaultClassifier,
 		window:         10 * time.Second,
 		minRequests:    20,
 		failureRate:    0.5,
@@ -103,6 +106,7 @@ func (c *config) validate() {
 	if len(c.errs) > 0 {
 		panic(c.errs[0])
 	}
+	c.plain = c.classifier == nil && c.slowCall == 0 && c.maxConcurrent == 0
 }
 
 // intOption is an Option that applies set when n is at least least, and

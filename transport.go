@@ -144,9 +144,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if b == nil {
 		return t.next.RoundTrip(req)
 	}
+	w := b.word.Load()
+	if stateOf(w) == StateClosed && t.cfg.plain {
+		return t.plainCall(req, b, ticket{gen: genOf(w)})
+	}
 	var tk ticket
 	var tr *transition
-	if w := b.word.Load(); stateOf(w) == StateClosed && t.cfg.maxConcurrent == 0 {
+	if stateOf(w) == StateClosed && t.cfg.maxConcurrent == 0 {
 		tk.gen = genOf(w) // admit's closed path, written out: it does not inline
 	} else {
 		var reason rejectReason
@@ -176,37 +180,106 @@ func (t *Transport) budget(tk *ticket, d time.Time) {
 	}
 }
 
+// plainCall is call for a closed-path admission under a plain config
+// (see config.plain). If next panics there is nothing to undo: the call
+// holds no probe slot or bulkhead place and counts for nothing. A
+// success, the common case, is counted here without a call to the
+// classifier; any other outcome goes on to settle.
+func (t *Transport) plainCall(req *http.Request, b *breaker, tk ticket) (*http.Response, error) {
+	if d, ok := req.Context().Deadline(); ok {
+		t.budget(&tk, d)
+	}
+	resp, err := t.next.RoundTrip(req)
+	if err == nil && resp != nil && classifyStatus(resp.StatusCode) == OutcomeSuccess && genOf(b.word.Load()) == tk.gen {
+		// A success that read the clock at admission (for its deadline)
+		// counts then: no second read. See window.add for calls that
+		// outlive their bucket.
+		now := tk.start
+		if !tk.is(tkTimed) {
+			now = t.now()
+		}
+		b.win.add(now, OutcomeSuccess)
+		return resp, nil
+	}
+	return t.settleGuarded(req, b, tk, resp, err)
+}
+
 // call reports the admission's transition, sends the admitted request to
-// next and records its outcome. If next, the classifier or a state-change
-// hook panics, the call counts for nothing (unless it was already
-// recorded), its probe slot and bulkhead place are freed, a response
-// nobody will see is closed, and the panic goes on to the caller.
+// next and settles its outcome. If next, the classifier or a state-change
+// hook panics, unwind undoes what the call had done.
 func (t *Transport) call(req *http.Request, b *breaker, tk ticket, admission *transition) (resp *http.Response, err error) {
-	recorded, returned := false, false
-	defer func() {
-		if returned {
-			return
-		}
-		if !recorded {
-			b.record(tk, OutcomeIgnored, t.now(), nil)
-		}
-		if resp != nil && resp.Body != nil {
-			resp.Body.Close()
-		}
-	}()
+	var stage callStage
+	defer t.unwind(b, tk, &resp, &stage)
 	t.notify(admission)
-	resp, err = t.next.RoundTrip(req)
-	if resp != nil && err != nil {
-		// next broke the contract; keep ours.
-		if resp.Body != nil {
-			resp.Body.Close()
-		}
-		resp = nil
+	resp, err = checked(t.next.RoundTrip(req))
+	return t.settle(req, b, tk, resp, err, &stage)
+}
+
+// settleGuarded is settle, next's answer checked, for a call that is not
+// under call's unwind.
+func (t *Transport) settleGuarded(req *http.Request, b *breaker, tk ticket, resp *http.Response, err error) (*http.Response, error) {
+	resp, err = checked(resp, err)
+	var stage callStage
+	defer t.unwind(b, tk, &resp, &stage)
+	return t.settle(req, b, tk, resp, err, &stage)
+}
+
+// callStage is how far an admitted call got, for unwind.
+type callStage uint8
+
+const (
+	stageAdmitted callStage = iota // its outcome is not recorded yet
+	stageRecorded                  // its outcome counts
+	stageReturned                  // its caller has resp
+)
+
+// unwind runs, deferred, when an admitted call ends. If a panic cut the
+// call short of returning, the call counts for nothing (unless it was
+// already recorded), its probe slot and bulkhead place are freed, the
+// response nobody will see is closed, and the panic goes on to the
+// caller.
+func (t *Transport) unwind(b *breaker, tk ticket, resp **http.Response, stage *callStage) {
+	if *stage == stageReturned {
+		return
 	}
-	if resp == nil && err == nil {
-		err = errors.New("httpbreaker: next RoundTripper returned a nil response and a nil error")
+	if *stage < stageRecorded {
+		b.record(tk, OutcomeIgnored, t.now(), nil)
 	}
-	o := t.cfg.classifier(req, resp, err)
+	if r := *resp; r != nil && r.Body != nil {
+		r.Body.Close()
+	}
+}
+
+// checked is next's answer with the RoundTripper contract enforced: a
+// response and an error together become the error alone (the response
+// closed), and neither becomes an error. It inlines.
+func checked(resp *http.Response, err error) (*http.Response, error) {
+	if (resp == nil) == (err == nil) {
+		return unpaired(resp, err)
+	}
+	return resp, err
+}
+
+// unpaired is checked for a next that broke the contract.
+func unpaired(resp *http.Response, err error) (*http.Response, error) {
+	if err == nil {
+		return nil, errNilResponse
+	}
+	if resp.Body != nil {
+		resp.Body.Close()
+	}
+	return nil, err
+}
+
+// errNilResponse is the error of a call whose next returned neither a
+// response nor an error.
+var errNilResponse = errors.New("httpbreaker: next RoundTripper returned a nil response and a nil error")
+
+// settle classifies the outcome of an admitted call that next answered
+// with resp and err (checked), records it and reports the transition it
+// caused, advancing *stage for unwind.
+func (t *Transport) settle(req *http.Request, b *breaker, tk ticket, resp *http.Response, err error, stage *callStage) (*http.Response, error) {
+	o := t.classify(req, resp, err)
 	// A success that read the clock at admission (for its deadline) counts
 	// then: no second read. See window.add for calls that outlive their
 	// bucket.
@@ -226,10 +299,18 @@ func (t *Transport) call(req *http.Request, b *breaker, tk ticket, admission *tr
 	} else {
 		tr = b.recordOther(tk, o, now, resp)
 	}
-	recorded = true
+	*stage = stageRecorded
 	t.notify(tr)
-	returned = true
+	*stage = stageReturned
 	return resp, err
+}
+
+// classify is the configured classifier's verdict.
+func (t *Transport) classify(req *http.Request, resp *http.Response, err error) Outcome {
+	if t.cfg.classifier == nil {
+		return DefaultClassifier(req, resp, err)
+	}
+	return t.cfg.classifier(req, resp, err)
 }
 
 // keyBreaker returns the breaker for the request's key, making it if
