@@ -29,16 +29,18 @@ import (
 type lib struct {
 	dir, name, module string
 	routing           bool // has per-route breakers
+	control           bool // no breaker: only in the loopback column, as its noise floor
 }
 
 var libs = []lib{
-	{"httpbreaker", "httpbreaker", "", true},
-	{"gobreaker", "sony/gobreaker v2", "github.com/sony/gobreaker/v2", false},
-	{"resty", "resty v3 (circuit breaker)", "resty.dev/v3", false},
-	{"rubyist", "rubyist/circuitbreaker", "github.com/rubyist/circuitbreaker", false},
-	{"eapache", "eapache/go-resiliency", "github.com/eapache/go-resiliency", false},
-	{"failsafe", "failsafe-go (failsafehttp)", "github.com/failsafe-go/failsafe-go", false},
-	{"hystrix", "afex/hystrix-go", "github.com/afex/hystrix-go", false},
+	{dir: "httpbreaker", name: "httpbreaker", routing: true},
+	{dir: "gobreaker", name: "sony/gobreaker v2", module: "github.com/sony/gobreaker/v2"},
+	{dir: "resty", name: "resty v3 (circuit breaker)", module: "resty.dev/v3"},
+	{dir: "rubyist", name: "rubyist/circuitbreaker", module: "github.com/rubyist/circuitbreaker"},
+	{dir: "eapache", name: "eapache/go-resiliency", module: "github.com/eapache/go-resiliency"},
+	{dir: "failsafe", name: "failsafe-go (failsafehttp)", module: "github.com/failsafe-go/failsafe-go"},
+	{dir: "hystrix", name: "afex/hystrix-go", module: "github.com/afex/hystrix-go"},
+	{dir: "passthrough", name: "pass-through (control: only calls next)", control: true},
 }
 
 // stat is the summary of one benchmark in one unit.
@@ -415,7 +417,7 @@ func render(w io.Writer, all map[string]results, source map[string]string, versi
 	p("\n")
 	for _, l := range libs {
 		r, ok := all[l.dir]
-		if !ok {
+		if !ok || l.control {
 			continue
 		}
 		name := l.name
@@ -475,7 +477,9 @@ func render(w io.Writer, all map[string]results, source map[string]string, versi
 	p("- **loopback**: `httptest.Server` + one pooled `http.Transport` shared by both sides; each iteration does one bare\n")
 	p("  and one wrapped round trip (order alternating), body read and closed. Ratio: median wrapped / median bare\n")
 	p("  round trip; overhead: median of the per-pair differences (medians, so that a stall of the machine does not\n")
-	p("  count). A real round trip costs tens of µs, so differences of a few µs here are within the noise.\n\n")
+	p("  count). A real round trip costs tens of µs, so differences of a few µs here are within the noise.\n")
+	p("- **pass-through**: the control, a RoundTripper that only calls next: what the harness measures for a wrapper\n")
+	p("  that does nothing, i.e. its noise floor.\n\n")
 
 	// Raw medians.
 	p("<details><summary>All medians (ns/op · B/op · allocs/op)</summary>\n\n")

@@ -93,3 +93,31 @@ func TestSplitProcs(t *testing.T) {
 		}
 	}
 }
+
+func TestRenderControl(t *testing.T) {
+	lib, err := parseRaw(strings.NewReader(rawOut))
+	if err != nil {
+		t.Fatal(err)
+	}
+	control, err := parseRaw(strings.NewReader("BenchmarkLoopback-2 100 120704 ns/op 38202 bare-ns/op 12 overhead-ns/op 1.001 ratio 38214 wrapped-ns/op\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	render(&b, map[string]results{"httpbreaker": lib, "passthrough": control},
+		map[string]string{"httpbreaker": "raw", "passthrough": "raw"}, nil, "")
+	out := b.String()
+	closed, rest, ok := strings.Cut(out, "## Open path")
+	if !ok {
+		t.Fatalf("no open-path section in:\n%s", out)
+	}
+	if strings.Contains(closed, "pass-through") {
+		t.Errorf("the control has a row in the closed-path table:\n%s", closed)
+	}
+	if !strings.Contains(rest, "| pass-through (control: only calls next) | — | — | 1.001× | +12 ns |") {
+		t.Errorf("no loopback row for the control in:\n%s", rest)
+	}
+	if !strings.Contains(rest, "| httpbreaker | — | — | 2.156× |") {
+		t.Errorf("no loopback row for httpbreaker in:\n%s", rest)
+	}
+}
