@@ -252,7 +252,7 @@ func (t *Transport) unwind(b *breaker, tk ticket, resp **http.Response, stage *c
 
 // checked is next's answer with the RoundTripper contract enforced: a
 // response and an error together become the error alone (the response
-// closed), and neither becomes an error. It inlines.
+// closed), and neither becomes an error.
 func checked(resp *http.Response, err error) (*http.Response, error) {
 	if (resp == nil) == (err == nil) {
 		return unpaired(resp, err)
