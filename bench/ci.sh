@@ -9,7 +9,7 @@ set -euo pipefail
 
 cd "$(dirname "$0")"
 
-LIBS=(httpbreaker gobreaker resty rubyist eapache failsafe hystrix passthrough)
+LIBS=(httpbreaker gobreaker resty rubyist eapache failsafe hystrix passthrough counter)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 

@@ -38,7 +38,7 @@ while getopts "n:t:c:oh" opt; do
 done
 shift $((OPTIND - 1))
 
-ALL=(httpbreaker gobreaker resty rubyist eapache failsafe hystrix passthrough)
+ALL=(httpbreaker gobreaker resty rubyist eapache failsafe hystrix passthrough counter)
 if (($#)); then LIBS=("$@"); else LIBS=("${ALL[@]}"); fi
 
 OUT=out

@@ -41,6 +41,7 @@ var libs = []lib{
 	{dir: "failsafe", name: "failsafe-go (failsafehttp)", module: "github.com/failsafe-go/failsafe-go"},
 	{dir: "hystrix", name: "afex/hystrix-go", module: "github.com/afex/hystrix-go"},
 	{dir: "passthrough", name: "pass-through (control: only calls next)", control: true},
+	{dir: "counter", name: "counter (control: one clock read, one atomic add)", control: true},
 }
 
 // stat is the summary of one benchmark in one unit.
@@ -479,7 +480,10 @@ func render(w io.Writer, all map[string]results, source map[string]string, versi
 	p("  round trip; overhead: median of the per-pair differences (medians, so that a stall of the machine does not\n")
 	p("  count). A real round trip costs tens of µs, so differences of a few µs here are within the noise.\n")
 	p("- **pass-through**: the control, a RoundTripper that only calls next: what the harness measures for a wrapper\n")
-	p("  that does nothing, i.e. its noise floor.\n\n")
+	p("  that does nothing, i.e. its noise floor.\n")
+	p("- **counter**: the second control, no breaker either: only what any breaker that counts successes must do per\n")
+	p("  call at the least (one clock read to pick a time bucket, one atomic add to its counter), i.e. the floor that\n")
+	p("  counting alone puts under a breaker's loopback overhead.\n\n")
 
 	// Raw medians.
 	p("<details><summary>All medians (ns/op · B/op · allocs/op)</summary>\n\n")
