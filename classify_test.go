@@ -1,14 +1,19 @@
 package httpbreaker
 
 import (
+	"cmp"
 	"context"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -130,4 +135,52 @@ func TestOutcomeString(t *testing.T) {
 	require.Equal(t, "half-open", StateHalfOpen.String())
 	require.Equal(t, "open", StateOpen.String())
 	require.Equal(t, "State(7)", State(7).String())
+}
+
+// TestPlainPathClassifiesAsDefaultClassifier checks that the short path a
+// Transport with the defaults takes (see Transport.plainCall), which does
+// not call the classifier, counts every status as DefaultClassifier does:
+// the same statuses through a Transport that must call it give the same
+// counts, with and without a context deadline.
+func TestPlainPathClassifiesAsDefaultClassifier(t *testing.T) {
+	next := rtFunc(func(req *http.Request) (*http.Response, error) {
+		code, err := strconv.Atoi(strings.TrimPrefix(req.URL.Hostname(), "s"))
+		if err != nil {
+			return nil, err
+		}
+		return response(req, code, nil), nil
+	})
+	plain := New(next)
+	called := New(next, WithClassifier(DefaultClassifier))
+	require.True(t, plain.cfg.plain)
+	require.False(t, called.cfg.plain)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	for code := 100; code < 600; code++ {
+		url := fmt.Sprintf("http://s%d/", code)
+		for _, rt := range []*Transport{plain, called} {
+			resp, err := get(t, rt, url)
+			require.NoError(t, err)
+			require.Equal(t, code, resp.StatusCode)
+			resp, err = getCtx(t, ctx, rt, url)
+			require.NoError(t, err)
+			require.Equal(t, code, resp.StatusCode)
+		}
+	}
+	got, want := plain.Snapshot(), called.Snapshot()
+	require.Len(t, got, 500)
+	byKey := func(a, b Status) int { return cmp.Compare(a.Key, b.Key) }
+	slices.SortFunc(got, byKey)
+	slices.SortFunc(want, byKey)
+	for i := range got {
+		got[i].Since, want[i].Since = time.Time{}, time.Time{}
+	}
+	require.Equal(t, want, got)
+	var failures, throttled int64
+	for _, s := range got {
+		failures += s.Failures
+		throttled += s.Throttled
+	}
+	require.EqualValues(t, 2*(100-2), failures, "500–599 but 501 and 505, twice each")
+	require.EqualValues(t, 2, throttled)
 }
