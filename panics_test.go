@@ -50,21 +50,30 @@ func requirePanics(t *testing.T, tr http.RoundTripper) {
 }
 
 func TestPanicInNextWhileClosedCountsNothing(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		d := newDep(200)
-		on := true
-		tr := New(panicsNext(d, &on), WithMinRequests(1), WithMaxConcurrent(1))
-		for range 10 {
-			requirePanics(t, tr)
-		}
-		s := tr.Snapshot()[0]
-		require.Equal(t, StateClosed, s.State)
-		require.Zero(t, s.Requests, "a panicking call is no outcome")
-		on = false
-		resp, err := get(t, tr, testURL)
-		require.NoError(t, err)
-		require.Equal(t, 200, resp.StatusCode, "the bulkhead place was given back ten times")
-	})
+	for name, opts := range map[string][]Option{
+		"bulkhead": {WithMinRequests(1), WithMaxConcurrent(1)},
+		"plain":    {WithMinRequests(1)}, // the short path, Transport.plainCall
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				d := newDep(200)
+				on := true
+				tr := New(panicsNext(d, &on), opts...)
+				require.Equal(t, name == "plain", tr.cfg.plain)
+				for range 10 {
+					requirePanics(t, tr)
+				}
+				s := tr.Snapshot()[0]
+				require.Equal(t, StateClosed, s.State)
+				require.Zero(t, s.Requests, "a panicking call is no outcome")
+				on = false
+				resp, err := get(t, tr, testURL)
+				require.NoError(t, err)
+				require.Equal(t, 200, resp.StatusCode, "any bulkhead place was given back ten times")
+				require.EqualValues(t, 1, tr.Snapshot()[0].Requests)
+			})
+		})
+	}
 }
 
 // panicClassifier panics for 200 responses while *on is set, and
