@@ -21,7 +21,16 @@ func TestHotFieldLayout(t *testing.T) {
 	require.Zero(t, 64%unsafe.Sizeof(b.win.buckets[0]))
 
 	var tr Transport
-	require.Less(t, unsafe.Offsetof(tr.cfg)+unsafe.Offsetof(tr.cfg.fallback), uintptr(128))
+	for _, off := range []uintptr{
+		unsafe.Offsetof(tr.cfg.keyFunc),
+		unsafe.Offsetof(tr.cfg.plain),
+		unsafe.Offsetof(tr.cfg.rejectAsError),
+		unsafe.Offsetof(tr.cfg.classifier),
+		unsafe.Offsetof(tr.cfg.slowCall),
+		unsafe.Offsetof(tr.cfg.maxConcurrent),
+	} {
+		require.Less(t, unsafe.Offsetof(tr.cfg)+off, uintptr(128))
+	}
 	require.Less(t, unsafe.Offsetof(tr.epoch), uintptr(128))
 }
 

@@ -23,17 +23,19 @@ func (f optionFunc) apply(c *config) { f(c) }
 
 // config holds every setting of a Transport. It is immutable after New.
 type config struct {
-	// The request path reads these first fields: keep them together.
-	keyFunc       KeyFunc
+	// The request path reads these first fields: keep them together, up
+	// to maxConcurrent in the Transport's first two cache lines (see
+	// TestHotFieldLayout).
+	keyFunc KeyFunc
+	// plain is set when a closed-path success needs nothing but counting:
+	// the default classifier, no slow-call threshold and no bulkhead.
+	// RoundTrip then takes its short path (see Transport.plainCall).
+	plain         bool
+	rejectAsError bool
 	classifier    Classifier // nil: DefaultClassifier
 	slowCall      time.Duration
 	maxConcurrent int64
 	fallback      func(*http.Request, error) (*http.Response, error)
-	rejectAsError bool
-	// plain is set when a closed-path success needs nothing but counting:
-	// the default classifier, no slow-call threshold and no bulkhead.
-	// RoundTrip then takes its short path (see Transport.plainCall).
-	plain bool
 
 	routes         *routeMatcher  // the patterns of WithRoutes, whose RouteKey is keyFunc
 	routeKeys      *routeKeyCache // keyFunc's key cache, under WithRoutes
