@@ -191,10 +191,7 @@ func (t *Transport) plainCall(req *http.Request, b *breaker, tk ticket) (*http.R
 	}
 	resp, err := t.next.RoundTrip(req)
 	if err == nil && resp != nil && classifyStatus(resp.StatusCode) == OutcomeSuccess && genOf(b.word.Load()) == tk.gen {
-		// A success that read the clock at admission (for its deadline)
-		// counts then: no second read. See window.add for calls that
-		// outlive their bucket.
-		now := tk.start
+		now := tk.start // as in settle: a success timed at admission counts then
 		if !tk.is(tkTimed) {
 			now = t.now()
 		}
