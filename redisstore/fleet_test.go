@@ -214,6 +214,58 @@ func trip(t *testing.T, in *instance, dep *dependency) time.Time {
 	return time.Time{}
 }
 
+// callEvery has each instance of fleet send a GET for url every interval,
+// then call after (if not nil) with it, until the returned stop is
+// called; stop returns once they all have.
+func callEvery(t *testing.T, fleet []*instance, url string, interval time.Duration, after func(*instance)) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, in := range fleet {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				case <-time.After(interval):
+					in.get(t, url)
+					if after != nil {
+						after(in)
+					}
+				}
+			}
+		}()
+	}
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
+// recoverFleet has every instance of an open fleet send a request every
+// 5ms until each has seen its breaker for dep closed. The first probe
+// cycle (after the 300ms open period, plus a lease recheck) fails; dep
+// recovers at 900ms, before the second (backed off to ~600ms more).
+func recoverFleet(t *testing.T, fleet []*instance, dep *dependency) {
+	t.Helper()
+	key := keyOf(dep.srv.URL)
+	var closed sync.Map // instance id → seen closed
+	stop := callEvery(t, fleet, dep.srv.URL, 5*time.Millisecond, func(in *instance) {
+		if in.tr.State(key) == httpbreaker.StateClosed {
+			closed.Store(in.id, true)
+		}
+	})
+	defer stop()
+	time.Sleep(900 * time.Millisecond)
+	dep.fail.Store(false)
+	eventually(t, 5*time.Second, "fleet closed", func() bool {
+		n := 0
+		closed.Range(func(any, any) bool { n++; return true })
+		return n == len(fleet)
+	})
+}
+
 // TestFleetLearnsAnOutageOnce: while every instance sends traffic, the
 // first to trip tells the others, which open within 100ms and make no
 // further call to the failing dependency; an instance started afterwards
@@ -234,22 +286,7 @@ func TestFleetLearnsAnOutageOnce(t *testing.T) {
 	// The others keep sending a request every 10ms, as a service under
 	// load would; at that pace they would need 50ms of failures to trip on
 	// their own, while instance 0 trips in a burst.
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for _, in := range fleet[1:] {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-time.After(10 * time.Millisecond):
-					in.get(t, dep.srv.URL)
-				}
-			}
-		}()
-	}
+	stop := callEvery(t, fleet[1:], dep.srv.URL, 10*time.Millisecond, nil)
 	tripped := trip(t, fleet[0], dep)
 	var lat []time.Duration
 	for _, in := range fleet[1:] {
@@ -258,8 +295,7 @@ func TestFleetLearnsAnOutageOnce(t *testing.T) {
 		}))
 	}
 	time.Sleep(200 * time.Millisecond)
-	close(stop)
-	wg.Wait()
+	stop()
 
 	t.Logf("others open %v after the first trip", lat)
 	first := tripped
@@ -306,44 +342,13 @@ func TestFleetProbesOnce(t *testing.T) {
 	for _, in := range fleet {
 		in.get(t, dep.srv.URL)
 	}
-	var closedAt sync.Map // instance → a time it was seen closed
 	dep.fail.Store(true)
 	tripped := trip(t, fleet[0], dep)
 	for _, in := range fleet[1:] {
 		eventually(t, time.Second, "fleet open", func() bool { return in.tr.State(key) == httpbreaker.StateOpen })
 	}
 
-	// Everyone sends a request every 5ms until every breaker has closed.
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for _, in := range fleet {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-time.After(5 * time.Millisecond):
-					in.get(t, dep.srv.URL)
-					if in.tr.State(key) == httpbreaker.StateClosed {
-						closedAt.LoadOrStore(in.id, time.Now())
-					}
-				}
-			}
-		}()
-	}
-	// The first probe cycle (after ~300ms, plus a lease recheck) fails;
-	// the dependency recovers before the second (backed off to ~600ms).
-	time.Sleep(900 * time.Millisecond)
-	dep.fail.Store(false)
-	eventually(t, 5*time.Second, "fleet closed", func() bool {
-		n := 0
-		closedAt.Range(func(any, any) bool { n++; return true })
-		return n == fleetSize
-	})
-	close(stop)
-	wg.Wait()
+	recoverFleet(t, fleet, dep)
 
 	oneProber(t, dep.since(tripped), tripped)
 	if n := r.Client(t).Exists(ctxT(t), "test:lease:"+key).Val(); n != 0 {
@@ -416,22 +421,7 @@ func TestTransportsSharingAStore(t *testing.T) {
 	dep.fail.Store(true)
 
 	// The others send a request every 10ms while instance 0 trips.
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for _, in := range fleet[1:] {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-time.After(10 * time.Millisecond):
-					in.get(t, dep.srv.URL)
-				}
-			}
-		}()
-	}
+	stop := callEvery(t, fleet[1:], dep.srv.URL, 10*time.Millisecond, nil)
 	tripped := trip(t, fleet[0], dep)
 	lat := make([]time.Duration, len(fleet))
 	for _, in := range fleet[1:] {
@@ -443,8 +433,7 @@ func TestTransportsSharingAStore(t *testing.T) {
 			return true
 		})
 	}
-	close(stop)
-	wg.Wait()
+	stop()
 	t.Logf("open after the first trip: instance 1 (same Store) %v, instance 2 (through Redis) %v", lat[1], lat[2])
 	for _, in := range fleet[1:] {
 		if lat[in.id] > 100*time.Millisecond {
@@ -459,38 +448,8 @@ func TestTransportsSharingAStore(t *testing.T) {
 		}
 	}
 
-	// Recovery: everyone sends a request every 5ms until every breaker
-	// has closed; the first probe cycle fails, the dependency recovers
-	// before the second.
 	since := time.Now()
-	var closedAt sync.Map // instance → a time it was seen closed
-	stop = make(chan struct{})
-	for _, in := range fleet {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-time.After(5 * time.Millisecond):
-					in.get(t, dep.srv.URL)
-					if in.tr.State(key) == httpbreaker.StateClosed {
-						closedAt.LoadOrStore(in.id, time.Now())
-					}
-				}
-			}
-		}()
-	}
-	time.Sleep(900 * time.Millisecond)
-	dep.fail.Store(false)
-	eventually(t, 5*time.Second, "fleet closed", func() bool {
-		n := 0
-		closedAt.Range(func(any, any) bool { n++; return true })
-		return n == len(fleet)
-	})
-	close(stop)
-	wg.Wait()
+	recoverFleet(t, fleet, dep)
 	oneProber(t, dep.since(since), tripped)
 	if n := r.Client(t).Exists(ctxT(t), "test:lease:"+key).Val(); n != 0 {
 		t.Error("probe lease still held after the fleet closed")
