@@ -3,9 +3,11 @@ package httpbreaker
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -50,6 +52,40 @@ func BenchmarkClosed(b *testing.B) {
 	b.Run("bulkhead", func(b *testing.B) {
 		benchRoundTrip(b, New(newStub(), WithMaxConcurrent(100)), req)
 	})
+}
+
+// bodyStub answers each call with a new 200 whose body is one byte.
+type bodyStub struct{}
+
+func (bodyStub) RoundTrip(*http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader("."))}, nil
+}
+
+// BenchmarkBodyErrors is the closed path when the response body is read
+// to its end and closed, as callers do, without and with WithBodyErrors:
+// what counting at the body's end costs over counting at the headers.
+func BenchmarkBodyErrors(b *testing.B) {
+	req := mustReq(b, "http://api.example.com/v1/users/42/orders")
+	buf := make([]byte, 8)
+	for _, c := range []rtCase{
+		{"bare", bodyStub{}},
+		{"host-key", New(bodyStub{})},
+		{"body-errors", New(bodyStub{}, WithBodyErrors())},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := c.rt.RoundTrip(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for err == nil {
+					_, err = resp.Body.Read(buf)
+				}
+				resp.Body.Close()
+			}
+		})
+	}
 }
 
 // rtCase is a RoundTripper to benchmark, by name.

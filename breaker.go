@@ -367,9 +367,21 @@ func (b *breaker) record(tk ticket, o Outcome, now int64, resp *http.Response) *
 
 // recordOther is record for every outcome but a plainSuccess.
 func (b *breaker) recordOther(tk ticket, o Outcome, now int64, resp *http.Response) *transition {
+	b.release()
+	return b.outcome(tk, o, now, resp)
+}
+
+// release gives back the call's bulkhead place, if there is a bulkhead.
+func (b *breaker) release() {
 	if b.cfg.maxConcurrent > 0 {
 		b.inflight.Add(-1)
 	}
+}
+
+// outcome is record once the call's bulkhead place is given back: it
+// counts o, unless the call was admitted in an earlier state, and returns
+// the transition it caused.
+func (b *breaker) outcome(tk ticket, o Outcome, now int64, resp *http.Response) *transition {
 	if o < OutcomeSuccess || o > OutcomeIgnored {
 		o = OutcomeIgnored
 	}

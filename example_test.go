@@ -57,6 +57,36 @@ func ExampleWithRejectAsError() {
 	// refused by payments.internal - retry in 30s
 }
 
+// With WithBodyErrors a call counts when its body ends, so a dependency
+// that answers 200 and then cuts its bodies short trips the breaker.
+func ExampleWithBodyErrors() {
+	flaky := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "1000")
+		io.WriteString(w, "partial") // then the connection closes
+	}))
+	defer flaky.Close()
+
+	client := &http.Client{
+		Transport: httpbreaker.New(nil, httpbreaker.WithBodyErrors(), httpbreaker.WithMinRequests(3)),
+		Timeout:   5 * time.Second,
+	}
+	for range 4 {
+		resp, err := client.Get(flaky.URL)
+		if err != nil {
+			fmt.Println("error:", err)
+			continue
+		}
+		_, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		fmt.Println(resp.StatusCode, "rejected:", httpbreaker.IsRejected(resp), "body error:", err)
+	}
+	// Output:
+	// 200 rejected: false body error: unexpected EOF
+	// 200 rejected: false body error: unexpected EOF
+	// 200 rejected: false body error: unexpected EOF
+	// 503 rejected: true body error: <nil>
+}
+
 // RouteKey gives each operation its own breaker, never each raw path.
 func ExampleRouteKey() {
 	key := httpbreaker.RouteKey("GET /v1/users/{id}", "POST /v1/charges", "/files/{path...}")

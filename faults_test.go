@@ -15,10 +15,12 @@ package httpbreaker
 //
 // Where the fault hits the response body rather than the round trip
 // (a truncated Content-Length body, an HTTP/2 stream reset after the
-// headers) the breaker cannot see it: it classifies when RoundTrip
-// returns, which is when the headers have arrived, and by then the call
-// was a 200. Those tests pin down that a success is recorded and that
-// the body read fails with the transport's own error.
+// headers, a body that stalls past the client's Timeout) the breaker
+// classifies, by default, when RoundTrip returns, which is when the
+// headers have arrived, and by then the call was a 200. Those tests pin
+// down that a success is recorded and that the body read fails with the
+// transport's own error; and, under WithBodyErrors, that the body's
+// failure is what counts.
 
 import (
 	"bufio"
@@ -249,29 +251,85 @@ func TestFaultConnectionResetAfterRequestRead(t *testing.T) {
 }
 
 // TestFaultServerClosesMidBody: the server promises 1000 bytes, sends a
-// few and closes. RoundTrip has returned a 200 by then, so the breaker
-// records a success; the caller learns of the fault from Body.Read, which
-// returns io.ErrUnexpectedEOF. The breaker never sees body errors: a
-// dependency that only ever truncates bodies never trips it. (Counting
-// them would need the Transport to wrap response bodies; see the report.)
+// few and closes. RoundTrip has returned a 200 by then; the caller learns
+// of the fault from Body.Read, which returns io.ErrUnexpectedEOF. By
+// default the breaker has counted a success, so a dependency that only
+// ever truncates bodies never trips it; WithBodyErrors counts the cut
+// body as a failure.
 func TestFaultServerClosesMidBody(t *testing.T) {
-	faultNoLeaks(t)
-	addr, _ := faultRawServer(t, func(c net.Conn) {
-		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\nContent-Type: text/plain\r\n\r\npartial")
-	})
-	rig := newFaultRig(t, cleanhttp.DefaultPooledTransport(), 5*time.Second)
-	url := "http://" + addr + "/"
-	for i := range int64(5) {
-		resp, err := rig.get(url)
-		require.NoError(t, err)
-		require.Equal(t, http.StatusOK, resp.StatusCode)
-		body, err := io.ReadAll(resp.Body)
+	faultBodyFault(t, 5*time.Second, func(t *testing.T) (*http.Transport, string, string) {
+		addr, _ := faultRawServer(t, func(c net.Conn) {
+			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\nContent-Type: text/plain\r\n\r\npartial")
+		})
+		return cleanhttp.DefaultPooledTransport(), "http://" + addr + "/", addr
+	}, func(t *testing.T, body []byte, err error) {
 		require.ErrorIs(t, err, io.ErrUnexpectedEOF)
 		require.Equal(t, "partial", string(body))
-		require.NoError(t, resp.Body.Close())
-		rig.requireCounts(addr, i+1, 0) // recorded as a success
+	})
+}
+
+// faultBodyFault sends three calls to a dependency whose answers are a
+// 200 and then a fault in the body, once with the default options and
+// once with WithBodyErrors. serve starts the dependency and returns the
+// transport to it, a URL and the breaker's key; check checks what
+// reading one body gave. By default each call counts as a success at its
+// headers and the breaker stays closed; with WithBodyErrors each counts
+// as a failure and the breaker trips.
+func faultBodyFault(t *testing.T, timeout time.Duration, serve func(t *testing.T) (*http.Transport, string, string), check func(t *testing.T, body []byte, err error)) {
+	for _, tc := range []struct {
+		name string
+		opts []Option
+		fail bool
+	}{
+		{"default", nil, false},
+		{"WithBodyErrors", []Option{WithBodyErrors()}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			faultNoLeaks(t)
+			rt, url, key := serve(t)
+			rig := newFaultRig(t, rt, timeout, tc.opts...)
+			for i := range int64(3) {
+				resp, err := rig.get(url)
+				require.NoError(t, err)
+				require.Equal(t, http.StatusOK, resp.StatusCode)
+				body, err := io.ReadAll(resp.Body)
+				check(t, body, err)
+				require.NoError(t, resp.Body.Close())
+				failures := int64(0)
+				if tc.fail {
+					failures = i + 1
+				}
+				rig.requireCounts(key, i+1, failures)
+			}
+			if tc.fail {
+				rig.requireTripsAndRejects(url, key)
+			} else {
+				require.Equal(t, StateClosed, rig.tr.State(key), "body faults are invisible to the breaker")
+			}
+		})
 	}
-	require.Equal(t, StateClosed, rig.tr.State(addr), "body faults are invisible to the breaker")
+}
+
+// TestFaultBodyStallsPastClientTimeout: the dependency sends its headers
+// at once and then hangs in the body until the client's Timeout passes,
+// the hang a breaker most needs to see. By default the call counted as a
+// success when its headers came; WithBodyErrors counts the deadline.
+func TestFaultBodyStallsPastClientTimeout(t *testing.T) {
+	faultBodyFault(t, 100*time.Millisecond, func(t *testing.T) (*http.Transport, string, string) {
+		stop := make(chan struct{})
+		srv := faultServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.WriteString(w, "partial")
+			http.NewResponseController(w).Flush()
+			select {
+			case <-r.Context().Done():
+			case <-stop:
+			}
+		}), false, false)
+		t.Cleanup(func() { close(stop) }) // runs before srv.Close, which waits for handlers
+		return cleanhttp.DefaultPooledTransport(), srv.URL, srv.Listener.Addr().String()
+	}, func(t *testing.T, _ []byte, err error) {
+		require.ErrorIs(t, err, context.DeadlineExceeded, "the client's Timeout, while reading the body")
+	})
 }
 
 func TestFaultHeadersNeverComeClientTimeout(t *testing.T) {
@@ -422,26 +480,18 @@ func TestFaultHTTP2StreamReset(t *testing.T) {
 		rig.requireTripsAndRejects(srv.URL+"/reset", key)
 	})
 	t.Run("after the headers", func(t *testing.T) {
-		// The 200 has arrived when RoundTrip returns: a success. The
-		// reset surfaces from Body.Read, as the transport's own error.
-		faultNoLeaks(t)
-		srv, rt := faultH2Server(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			_, _ = io.WriteString(w, "partial")
-			http.NewResponseController(w).Flush()
-			panic(http.ErrAbortHandler)
-		}))
-		rig := newFaultRig(t, rt, 5*time.Second)
-		key := srv.Listener.Addr().String()
-		for i := range int64(3) {
-			resp, err := rig.get(srv.URL + "/reset")
-			require.NoError(t, err)
-			require.Equal(t, http.StatusOK, resp.StatusCode)
-			_, err = io.ReadAll(resp.Body)
+		// The 200 has arrived when RoundTrip returns. The reset surfaces
+		// from Body.Read, as the transport's own error.
+		faultBodyFault(t, 5*time.Second, func(t *testing.T) (*http.Transport, string, string) {
+			srv, rt := faultH2Server(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.WriteString(w, "partial")
+				http.NewResponseController(w).Flush()
+				panic(http.ErrAbortHandler)
+			}))
+			return rt, srv.URL + "/reset", srv.Listener.Addr().String()
+		}, func(t *testing.T, _ []byte, err error) {
 			require.ErrorContains(t, err, "INTERNAL_ERROR")
-			resp.Body.Close()
-			rig.requireCounts(key, i+1, 0)
-		}
-		require.Equal(t, StateClosed, rig.tr.State(key))
+		})
 	})
 }
 
@@ -535,43 +585,53 @@ func TestFaultHTTP2GoAway(t *testing.T) {
 // response reaches the caller untouched, its Body still the transport's
 // io.ReadWriteCloser over the connection, and is recorded as a success.
 func TestFaultProtocolUpgradePassesThrough(t *testing.T) {
-	faultNoLeaks(t)
-	srv := faultServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Upgrade") != "echo" {
-			http.Error(w, "upgrade required", http.StatusUpgradeRequired)
-			return
-		}
-		c, brw, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
-		if brw.Flush() != nil {
-			return
-		}
-		_, _ = io.Copy(c, brw.Reader) // echo until the client closes
-	}), false, false)
-	rig := newFaultRig(t, cleanhttp.DefaultPooledTransport(), 0) // a client Timeout would wrap the body
-	req, err := http.NewRequest(http.MethodGet, srv.URL+"/ws", nil)
-	require.NoError(t, err)
-	req.Header.Set("Connection", "Upgrade")
-	req.Header.Set("Upgrade", "echo")
-	resp, err := rig.do(req)
-	require.NoError(t, err)
-	require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
-	rwc, ok := resp.Body.(io.ReadWriteCloser)
-	require.True(t, ok, "the body of a 101 stays writable: %T", resp.Body)
-	for _, msg := range []string{"ping\n", "second message\n"} {
-		_, err = io.WriteString(rwc, msg)
-		require.NoError(t, err)
-		buf := make([]byte, len(msg))
-		_, err = io.ReadFull(rwc, buf)
-		require.NoError(t, err)
-		require.Equal(t, msg, string(buf))
+	for _, tc := range []struct {
+		name string
+		opts []Option
+	}{
+		{"default", nil},
+		{"WithBodyErrors", []Option{WithBodyErrors()}}, // a 101's body is not watched
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			faultNoLeaks(t)
+			srv := faultServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Header.Get("Upgrade") != "echo" {
+					http.Error(w, "upgrade required", http.StatusUpgradeRequired)
+					return
+				}
+				c, brw, err := http.NewResponseController(w).Hijack()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+				if brw.Flush() != nil {
+					return
+				}
+				_, _ = io.Copy(c, brw.Reader) // echo until the client closes
+			}), false, false)
+			rig := newFaultRig(t, cleanhttp.DefaultPooledTransport(), 0, tc.opts...) // a client Timeout would wrap the body
+			req, err := http.NewRequest(http.MethodGet, srv.URL+"/ws", nil)
+			require.NoError(t, err)
+			req.Header.Set("Connection", "Upgrade")
+			req.Header.Set("Upgrade", "echo")
+			resp, err := rig.do(req)
+			require.NoError(t, err)
+			require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
+			rwc, ok := resp.Body.(io.ReadWriteCloser)
+			require.True(t, ok, "the body of a 101 stays writable: %T", resp.Body)
+			for _, msg := range []string{"ping\n", "second message\n"} {
+				_, err = io.WriteString(rwc, msg)
+				require.NoError(t, err)
+				buf := make([]byte, len(msg))
+				_, err = io.ReadFull(rwc, buf)
+				require.NoError(t, err)
+				require.Equal(t, msg, string(buf))
+			}
+			require.NoError(t, rwc.Close())
+			rig.requireCounts(srv.Listener.Addr().String(), 1, 0)
+		})
 	}
-	require.NoError(t, rwc.Close())
-	rig.requireCounts(srv.Listener.Addr().String(), 1, 0)
 }
 
 // TestFaultMalformedResponse: a server that answers with garbage is

@@ -32,6 +32,7 @@ type config struct {
 	// RoundTrip then takes its short path (see Transport.plainCall).
 	plain         bool
 	rejectAsError bool
+	bodyErrors    bool       // see WithBodyErrors
 	classifier    Classifier // nil: DefaultClassifier
 	slowCall      time.Duration
 	maxConcurrent int64
@@ -108,7 +109,7 @@ func (c *config) validate() {
 	if len(c.errs) > 0 {
 		panic(c.errs[0])
 	}
-	c.plain = c.classifier == nil && c.slowCall == 0 && c.maxConcurrent == 0
+	c.plain = c.classifier == nil && c.slowCall == 0 && c.maxConcurrent == 0 && !c.bodyErrors
 }
 
 // intOption is an Option that applies set when n is at least least, and
@@ -230,6 +231,41 @@ func WithFailureRate(r float64) Option {
 // panics. Setting it costs one more clock read per request.
 func WithSlowCallThreshold(d time.Duration) Option {
 	return durationOption("WithSlowCallThreshold", d, false, func(c *config) { c.slowCall = d })
+}
+
+// WithBodyErrors makes a call that ends while its response body is read
+// count as that read ends [off]. Without it a call is judged when its
+// headers arrive, and a dependency that sends a 200 and then cuts the
+// body short, resets the stream or stalls until the client's Timeout
+// passes counts as a success.
+//
+// With it, a response the classifier counts as a success, with a body
+// (not http.NoBody) and a status other than 101 Switching Protocols,
+// comes back with its Body wrapped, and the call counts once, when the
+// body ends:
+//
+//   - a Read that returns io.EOF, or a Close, counts a success: a caller
+//     that stops reading early has the answer it wanted;
+//   - a Read that returns another error is classified again, with a nil
+//     response and that error, under the deadline rule of
+//     Transport.RoundTrip: a cut body or a reset is a failure, a deadline
+//     that passed while reading is a failure, a caller that cancelled is
+//     ignored;
+//   - a body that is never closed counts for nothing, as a call whose
+//     caller leaked it must not decide anything.
+//
+// A half-open probe keeps its slot until its body ends (or until the
+// probe bound, see WithMaxOpenTimeout, frees it), so a probe closes the
+// breaker only once its body has been read. A bulkhead place
+// (WithMaxConcurrent) is given back when the headers arrive, as without
+// this option. Responses the classifier counts as anything but a success
+// are counted at once, as without it.
+//
+// It costs one allocation per successful response, a second clock read,
+// and the short request path of the defaults (see the Performance section
+// of the README).
+func WithBodyErrors() Option {
+	return optionFunc(func(c *config) { c.bodyErrors = true })
 }
 
 // WithOpenTimeout sets the base open duration [5s]: how long a breaker

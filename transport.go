@@ -106,7 +106,8 @@ func (t *Transport) now() int64 { return int64(time.Since(t.epoch)) }
 //
 // When the request's breaker admits it, the request goes to next
 // unchanged and the outcome is classified (see WithClassifier) and
-// counted. When the breaker is open, or half-open with every probe slot
+// counted, when the headers arrive or, under WithBodyErrors, when the
+// body of a successful response ends. When the breaker is open, or half-open with every probe slot
 // taken, or the bulkhead is full, the request never reaches next: the
 // caller gets the synthetic 503 (see IsRejected), or the fallback's answer
 // (WithFallback), or a *RejectedError (WithRejectAsError).
@@ -284,22 +285,34 @@ func (t *Transport) settle(req *http.Request, b *breaker, tk ticket, resp *http.
 	if !tk.is(tkTimed) || o != OutcomeSuccess || t.cfg.slowCall > 0 {
 		now = t.now()
 	}
-	if o == OutcomeFailure && tk.is(tkShort) && err != nil && callerEnded(req, t.epoch.Add(time.Duration(now))) == endedByDeadline {
-		o = OutcomeIgnored
-	}
+	o = t.budgetRule(req, tk, o, err, now)
 	if o == OutcomeSuccess && t.cfg.slowCall > 0 && time.Duration(now-tk.start) > t.cfg.slowCall {
 		o = OutcomeFailure
 	}
 	var tr *transition
-	if b.plainSuccess(tk, o) { // record, with its common case inlined
+	switch {
+	case o == OutcomeSuccess && t.cfg.bodyErrors && watchable(resp):
+		b.release()
+		resp.Body = t.watchBody(req, b, tk, resp.Body) // the body's end counts the call
+	case b.plainSuccess(tk, o): // record, with its common case inlined
 		b.win.add(now, o)
-	} else {
+	default:
 		tr = b.recordOther(tk, o, now, resp)
 	}
 	*stage = stageRecorded
 	t.notify(tr)
 	*stage = stageReturned
 	return resp, err
+}
+
+// budgetRule applies the deadline rule of RoundTrip to the outcome o of
+// a call that ended with err at clock time now: a failure because a
+// deadline passed which left less than minBudget at admission is ignored.
+func (t *Transport) budgetRule(req *http.Request, tk ticket, o Outcome, err error, now int64) Outcome {
+	if o == OutcomeFailure && tk.is(tkShort) && err != nil && callerEnded(req, t.epoch.Add(time.Duration(now))) == endedByDeadline {
+		return OutcomeIgnored
+	}
+	return o
 }
 
 // classify is the configured classifier's verdict.
