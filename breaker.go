@@ -182,12 +182,18 @@ func stateOf(w uint64) State { return State(w & 3) }
 func genOf(w uint64) uint64  { return w >> 2 }
 
 // admit decides whether a call may go: first the bulkhead, then the
-// state. now is called at most once, and only when the breaker is not
-// closed.
+// state. A call refused by a full bulkhead while the breaker is open is
+// refused as open, so that its caller learns when the open period ends.
+// now is called at most once, and only when the breaker is not closed.
 func (b *breaker) admit(now func() int64) (ticket, rejectReason, *transition) {
 	if max := b.cfg.maxConcurrent; max > 0 {
 		if b.inflight.Add(1) > max {
 			b.inflight.Add(-1)
+			if stateOf(b.word.Load()) == StateOpen {
+				if t := now(); t < b.retryAt.Load() {
+					return ticket{start: t}, rejectOpen, nil
+				}
+			}
 			return ticket{}, rejectBulkhead, nil
 		}
 		tk, r, tr := b.admitState(now)

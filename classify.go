@@ -64,8 +64,8 @@ type Classifier func(req *http.Request, resp *http.Response, err error) Outcome
 //     (whatever its cause) before any deadline passed, or its deprecated
 //     Cancel channel was closed; a malformed request (no URL, no host, a
 //     scheme other than http and https, a port out of range, an invalid
-//     method or header, a nil
-//     Body with a positive ContentLength); 501 Not Implemented and 505 HTTP
+//     method, header or trailer name, a nil Header, a nil Body with a
+//     ContentLength other than 0); 501 Not Implemented and 505 HTTP
 //     Version Not Supported, which describe our request, not the
 //     dependency's health.
 //   - Success: everything else, 1xx–4xx included.
@@ -154,12 +154,9 @@ func routable(req *http.Request) bool {
 	if req.URL == nil || req.URL.Host == "" {
 		return false
 	}
-	switch s := req.URL.Scheme; s {
-	case "https", "http":
-		return true
-	default:
-		return strings.EqualFold(s, "https") || strings.EqualFold(s, "http")
-	}
+	// Exactly, as http.Transport takes them: it refuses "HTTP".
+	s := req.URL.Scheme
+	return s == "https" || s == "http"
 }
 
 // validRequest reports whether the request is well-formed enough that an
@@ -171,8 +168,13 @@ func validRequest(req *http.Request) bool {
 	if req.Method != "" && !isToken(req.Method) {
 		return false
 	}
-	if req.Body == nil && req.ContentLength > 0 {
+	if req.Body == nil && req.ContentLength != 0 || req.Header == nil {
 		return false
+	}
+	for k := range req.Trailer {
+		if !isToken(k) {
+			return false
+		}
 	}
 	if !validPort(req.URL.Port()) {
 		return false

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"slices"
@@ -105,8 +106,44 @@ func TestDefaultClassifierMalformedRequests(t *testing.T) {
 			r.Body = nil
 			r.ContentLength = 5
 		}),
+		"nil body with unknown length": mk(func(r *http.Request) { r.ContentLength = -1 }),
+		"nil Header":                   mk(func(r *http.Request) { r.Header = nil }),
+		"bad trailer name":             mk(func(r *http.Request) { r.Trailer = http.Header{"Bad Name": {"x"}} }),
+		"upper-case scheme":            mk(func(r *http.Request) { r.URL.Scheme = "HTTP" }),
 	} {
 		require.Equal(t, OutcomeIgnored, DefaultClassifier(r, nil, boom), name)
+	}
+}
+
+// TestMalformedRequestsAsHTTPTransportRefusesThem: each request that
+// http.Transport refuses before it dials is one DefaultClassifier
+// ignores, so that our own bad requests never trip a breaker. An
+// upper-case scheme, which http.Transport does not take, touches no
+// breaker at all.
+func TestMalformedRequestsAsHTTPTransportRefusesThem(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	next := &http.Transport{}
+	defer next.CloseIdleConnections()
+	for name, f := range map[string]func(*http.Request){
+		"bad trailer name":             func(r *http.Request) { r.Trailer = http.Header{"Bad Name": {"x"}} },
+		"nil Header":                   func(r *http.Request) { r.Header = nil },
+		"nil body with unknown length": func(r *http.Request) { r.ContentLength = -1 },
+		"upper-case scheme":            func(r *http.Request) { r.URL.Scheme = "HTTP" },
+	} {
+		t.Run(name, func(t *testing.T) {
+			tr := New(next, WithMinRequests(1))
+			r, err := http.NewRequest(http.MethodGet, srv.URL, nil)
+			require.NoError(t, err)
+			f(r)
+			resp, err := tr.RoundTrip(r)
+			require.Nil(t, resp)
+			require.Error(t, err, "http.Transport refuses it")
+			for _, s := range tr.Snapshot() {
+				require.Zero(t, s.Requests, "%s counts nothing", s.Key)
+			}
+			require.Equal(t, StateClosed, tr.State(srv.Listener.Addr().String()))
+		})
 	}
 }
 

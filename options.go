@@ -31,6 +31,7 @@ type config struct {
 	// the default classifier, no slow-call threshold and no bulkhead.
 	// RoundTrip then takes its short path (see Transport.plainCall).
 	plain         bool
+	userKey       bool // keyFunc is the caller's, which may panic: see Transport.userKey
 	rejectAsError bool
 	bodyErrors    bool       // see WithBodyErrors
 	classifier    Classifier // nil: DefaultClassifier
@@ -155,7 +156,7 @@ func WithKeyFunc(f KeyFunc) Option {
 			c.invalid("WithKeyFunc", "nil KeyFunc")
 			return
 		}
-		c.keyFunc, c.routes, c.routeKeys = f, nil, nil
+		c.keyFunc, c.routes, c.routeKeys, c.userKey = f, nil, nil, true
 	})
 }
 
@@ -169,7 +170,7 @@ func WithRoutes(patterns ...string) Option {
 	m := newRouteMatcher(patterns)
 	keys := newRouteKeyCache(m.patterns)
 	f := routeKeyFunc(m, keys)
-	return optionFunc(func(c *config) { c.keyFunc, c.routes, c.routeKeys = f, m, keys })
+	return optionFunc(func(c *config) { c.keyFunc, c.routes, c.routeKeys, c.userKey = f, m, keys, false })
 }
 
 // WithClassifier sets what counts as success, failure, throttling or

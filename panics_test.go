@@ -18,6 +18,8 @@ package httpbreaker
 //	                          and a response it carried is closed
 //	KeyFunc panics          → before any breaker is touched
 //
+// And whatever panics, a request body that next never had is closed.
+//
 // (TestPanicInNextFreesTheProbeSlot in transport_test.go covers next in
 // half-open.)
 
@@ -316,5 +318,57 @@ func TestPanicInKeyFuncTouchesNoBreaker(t *testing.T) {
 		resp, err := get(t, tr, testURL)
 		require.NoError(t, err)
 		require.Equal(t, 200, resp.StatusCode)
+	})
+}
+
+// TestPanicBeforeNextClosesTheRequestBody: a panic in a KeyFunc, or in
+// the hook of a transition made at admission (before a rejection or
+// before the call goes to next), comes before next has the request: the
+// Transport still owes its body a Close.
+func TestPanicBeforeNextClosesTheRequestBody(t *testing.T) {
+	send := func(t *testing.T, tr *Transport) *trackedBody {
+		t.Helper()
+		body := newBody("payload")
+		req, err := http.NewRequest(http.MethodPost, testURL, body)
+		require.NoError(t, err)
+		require.PanicsWithValue(t, panicValue, func() { _, _ = tr.RoundTrip(req) })
+		return body
+	}
+	t.Run("KeyFunc", func(t *testing.T) {
+		tr := New(newDep(200), WithKeyFunc(func(*http.Request) string { panic(panicValue) }))
+		require.True(t, send(t, tr).closed.Load())
+	})
+	t.Run("hook, then the call goes to next", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			d := newDep(500)
+			on, calls := true, 0
+			tr := tripped(t, d, WithOnStateChange(panicHook(StateHalfOpen, &on, &calls)))
+			time.Sleep(time.Second)
+			before := d.calls.Load()
+			require.True(t, send(t, tr).closed.Load())
+			require.Equal(t, before, d.calls.Load(), "next never had it")
+		})
+	})
+	t.Run("hook, then a rejection", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			// A probe outlives the probe bound: the next call reopens
+			// the breaker, and is refused, in one step.
+			d := newDep(500)
+			on, calls := false, 0
+			tr := tripped(t, d, WithMaxOpenTimeout(10*time.Second), WithOnStateChange(panicHook(StateOpen, &on, &calls)))
+			time.Sleep(time.Second)
+			d.set(200, nil)
+			d.block()
+			go func() { _, _ = get(t, tr, testURL) }() // the probe, held
+			synctest.Wait()
+			time.Sleep(10 * time.Second)
+			on = true
+			before := d.calls.Load()
+			require.True(t, send(t, tr).closed.Load())
+			require.Equal(t, before, d.calls.Load(), "refused")
+			require.Equal(t, StateOpen, tr.State(testKey))
+			d.release()
+			synctest.Wait()
+		})
 	})
 }

@@ -25,8 +25,9 @@ type RejectedError struct {
 	// Key is the key of the breaker that refused the request.
 	Key string
 	// State is the breaker's state when it refused: StateOpen, or
-	// StateHalfOpen with every probe slot taken, or any state for a full
-	// bulkhead.
+	// StateHalfOpen with every probe slot taken, or StateClosed or
+	// StateHalfOpen for a full bulkhead (an open breaker refuses as open
+	// even when its bulkhead is full).
 	State State
 	// RetryAt is when the breaker may admit a probe: the end of the open
 	// period, or a second after the rejection when half-open or for a
@@ -72,12 +73,17 @@ const rejectBody = "Service Unavailable: please retry later.\n"
 // rejectedKey marks the context of a synthetic 503's Request.
 type rejectedKey struct{}
 
-// rejectedCtx is the context of the Request of a synthetic 503.
-type rejectedCtx struct{ context.Context }
+// rejectedCtx is the context of the Request of a synthetic 503. Its
+// mark is that response: a context derived from it, as a retry of the
+// refused request may make, marks no other response.
+type rejectedCtx struct {
+	context.Context
+	resp *http.Response
+}
 
-func (c rejectedCtx) Value(key any) any {
+func (c *rejectedCtx) Value(key any) any {
 	if key == (rejectedKey{}) {
-		return true
+		return c.resp
 	}
 	return c.Context.Value(key)
 }
@@ -87,20 +93,20 @@ func (c rejectedCtx) Value(key any) any {
 // It is false for a real 503 from upstream, for nil, and for any other
 // response. It keeps working through http.Client, which may replace the
 // response body (with a Timeout set), because the mark is on the
-// response's Request, not its body.
+// response's Request, not its body. The mark names the response itself:
+// a copy of it, or a response to a request whose context was derived
+// from the rejected one's, is not rejected.
 func IsRejected(resp *http.Response) bool {
 	if resp == nil || resp.StatusCode != http.StatusServiceUnavailable || resp.Request == nil {
 		return false
 	}
-	return resp.Request.Context().Value(rejectedKey{}) != nil
+	return resp.Request.Context().Value(rejectedKey{}) == resp
 }
 
-// reject answers a refused request: the fallback, the error or the
-// synthetic 503. now is the clock read at admission, or 0.
+// reject answers a refused request, whose body the caller has closed:
+// the fallback, the error or the synthetic 503. now is the clock read at
+// admission, or 0.
 func (t *Transport) reject(req *http.Request, b *breaker, reason rejectReason, now int64) (*http.Response, error) {
-	if req.Body != nil {
-		req.Body.Close()
-	}
 	b.rejections[reason].Add(1)
 	err := t.rejectedError(b, reason, now)
 	if f := t.cfg.fallback; f != nil {
@@ -134,7 +140,7 @@ func rejection(req *http.Request, retry time.Duration) *http.Response {
 	}
 	// One backing array for the three values; each response has its own.
 	vals := [...]string{"text/plain; charset=utf-8", "no-store", strconv.FormatInt(secs, 10)}
-	return &http.Response{
+	resp := &http.Response{
 		Status:     "503 Service Unavailable",
 		StatusCode: http.StatusServiceUnavailable,
 		Proto:      "HTTP/1.1",
@@ -147,8 +153,9 @@ func rejection(req *http.Request, retry time.Duration) *http.Response {
 		},
 		Body:          &rejectReader{Reader: *strings.NewReader(rejectBody)},
 		ContentLength: int64(len(rejectBody)),
-		Request:       req.WithContext(rejectedCtx{req.Context()}),
 	}
+	resp.Request = req.WithContext(&rejectedCtx{Context: req.Context(), resp: resp})
+	return resp
 }
 
 // rejectedError returns the error of a refused request. An open

@@ -134,16 +134,19 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, errNotNew
 	}
 	if !routable(req) {
-		return t.next.RoundTrip(req)
+		return checked(t.next.RoundTrip(req))
 	}
 	var b *breaker
-	if t.routes != nil {
+	switch {
+	case t.routes != nil:
 		b = t.routeBreaker(req)
-	} else {
-		b = t.keyBreaker(req, t.cfg.keyFunc(req))
+	case t.cfg.userKey:
+		b = t.keyBreaker(req, t.userKey(req))
+	default:
+		b = t.keyBreaker(req, HostKey(req))
 	}
 	if b == nil {
-		return t.next.RoundTrip(req)
+		return checked(t.next.RoundTrip(req))
 	}
 	w := b.word.Load()
 	if stateOf(w) == StateClosed && t.cfg.plain {
@@ -157,6 +160,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		var reason rejectReason
 		tk, reason, tr = b.admit(t.now)
 		if reason != admitted {
+			closeBody(req) // first: a hook that panics must not leak it
 			t.notify(tr)
 			return t.reject(req, b, reason, tk.start)
 		}
@@ -168,6 +172,27 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.budget(&tk, d)
 	}
 	return t.call(req, b, tk, tr)
+}
+
+// userKey is the key the caller's KeyFunc gives req. If the KeyFunc
+// panics, the request body is closed before the panic goes on.
+func (t *Transport) userKey(req *http.Request) string {
+	done := false
+	defer func() {
+		if !done {
+			closeBody(req)
+		}
+	}()
+	key := t.cfg.keyFunc(req)
+	done = true
+	return key
+}
+
+// closeBody closes the request's body, if it has one.
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		req.Body.Close()
+	}
 }
 
 // budget applies the deadline rule (see RoundTrip) to an admission whose
@@ -207,8 +232,9 @@ func (t *Transport) plainCall(req *http.Request, b *breaker, tk ticket) (*http.R
 // hook panics, unwind undoes what the call had done.
 func (t *Transport) call(req *http.Request, b *breaker, tk ticket, admission *transition) (resp *http.Response, err error) {
 	var stage callStage
-	defer t.unwind(b, tk, &resp, &stage)
+	defer t.unwind(req, b, tk, &resp, &stage)
 	t.notify(admission)
+	stage = stageSent
 	resp, err = checked(t.next.RoundTrip(req))
 	return t.settle(req, b, tk, resp, err, &stage)
 }
@@ -217,8 +243,8 @@ func (t *Transport) call(req *http.Request, b *breaker, tk ticket, admission *tr
 // under call's unwind.
 func (t *Transport) settleGuarded(req *http.Request, b *breaker, tk ticket, resp *http.Response, err error) (*http.Response, error) {
 	resp, err = checked(resp, err)
-	var stage callStage
-	defer t.unwind(b, tk, &resp, &stage)
+	stage := stageSent
+	defer t.unwind(req, b, tk, &resp, &stage)
 	return t.settle(req, b, tk, resp, err, &stage)
 }
 
@@ -226,7 +252,8 @@ func (t *Transport) settleGuarded(req *http.Request, b *breaker, tk ticket, resp
 type callStage uint8
 
 const (
-	stageAdmitted callStage = iota // its outcome is not recorded yet
+	stageAdmitted callStage = iota // the request is not sent yet: its body is the call's to close
+	stageSent                      // next has the request; the outcome is not recorded yet
 	stageRecorded                  // its outcome counts
 	stageReturned                  // its caller has resp
 )
@@ -234,11 +261,14 @@ const (
 // unwind runs, deferred, when an admitted call ends. If a panic cut the
 // call short of returning, the call counts for nothing (unless it was
 // already recorded), its probe slot and bulkhead place are freed, the
-// response nobody will see is closed, and the panic goes on to the
-// caller.
-func (t *Transport) unwind(b *breaker, tk ticket, resp **http.Response, stage *callStage) {
+// request body is closed if next never had it, the response nobody will
+// see is closed, and the panic goes on to the caller.
+func (t *Transport) unwind(req *http.Request, b *breaker, tk ticket, resp **http.Response, stage *callStage) {
 	if *stage == stageReturned {
 		return
+	}
+	if *stage == stageAdmitted {
+		closeBody(req)
 	}
 	if *stage < stageRecorded {
 		b.record(tk, OutcomeIgnored, t.now(), nil)

@@ -160,6 +160,28 @@ func TestIsRejected(t *testing.T) {
 	require.False(t, IsRejected(synthetic))
 }
 
+// TestIsRejectedNotForARetryOfARejection: a retry that builds its request
+// from the refused one's context (resp.Request.Context()) and then gets a
+// real 503 from the dependency must not read as refused.
+func TestIsRejectedNotForARetryOfARejection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := New(newDep(http.StatusServiceUnavailable), WithMinRequests(100))
+		tr.Trip(testKey, time.Minute)
+		rejected, err := tr.RoundTrip(mustReq(t, testURL))
+		require.NoError(t, err)
+		require.True(t, IsRejected(rejected))
+		tr.Reset(testKey)
+		ctx, cancel := context.WithTimeout(rejected.Request.Context(), time.Second)
+		defer cancel()
+		resp, err := getCtx(t, ctx, tr, testURL)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+		require.False(t, IsRejected(resp), "the dependency's own 503")
+		copied := *rejected
+		require.False(t, IsRejected(&copied), "a copy is not the response RoundTrip returned")
+	})
+}
+
 func TestIsRejectedThroughClientWithTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newDep(500)
@@ -308,6 +330,30 @@ func TestBulkheadRejectionLooksLikeAnyRejection(t *testing.T) {
 	})
 }
 
+// TestOpenWithFullBulkheadTellsWhenItOpens: calls admitted before the
+// breaker opened still fill its bulkhead; a caller refused then is told
+// the open period, not to come back in a second.
+func TestOpenWithFullBulkheadTellsWhenItOpens(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(200)
+		d.block()
+		tr := New(d, WithMaxConcurrent(1))
+		go func() { _, _ = get(t, tr, testURL) }()
+		synctest.Wait()
+		tr.Trip(testKey, time.Minute)
+		resp, err := get(t, tr, testURL)
+		require.NoError(t, err)
+		require.True(t, IsRejected(resp))
+		require.Equal(t, "60", resp.Header.Get("Retry-After"))
+		tr.Reset(testKey)
+		resp, err = get(t, tr, testURL)
+		require.NoError(t, err)
+		require.True(t, IsRejected(resp), "closed: the bulkhead refuses")
+		require.Equal(t, "1", resp.Header.Get("Retry-After"))
+		d.release()
+	})
+}
+
 func TestDeadlineBudgetRule(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newDep(200)
@@ -422,16 +468,28 @@ func TestMalformedRequestsTouchNoBreaker(t *testing.T) {
 }
 
 func TestNextBreakingTheContract(t *testing.T) {
-	body := newBody("x")
-	tr := New(rtFunc(func(r *http.Request) (*http.Response, error) {
-		return &http.Response{StatusCode: 200, Body: body}, errors.New("both")
-	}))
-	resp, err := tr.RoundTrip(mustReq(t, testURL))
-	require.Nil(t, resp)
+	for name, url := range map[string]string{
+		"through a breaker": testURL,
+		"unroutable":        "ftp://api.test/file", // straight to next
+	} {
+		body := newBody("x")
+		tr := New(rtFunc(func(r *http.Request) (*http.Response, error) {
+			return &http.Response{StatusCode: 200, Body: body}, errors.New("both")
+		}))
+		resp, err := tr.RoundTrip(mustReq(t, url))
+		require.Nil(t, resp, name)
+		require.Error(t, err, name)
+		require.True(t, body.closed.Load(), name)
+	}
+	full := New(rtFunc(func(r *http.Request) (*http.Response, error) {
+		return &http.Response{StatusCode: 200, Body: http.NoBody}, errors.New("both")
+	}), WithMaxBreakers(1))
+	full.Trip("other.test", time.Minute) // the only breaker: none is made for api.test
+	resp, err := full.RoundTrip(mustReq(t, testURL))
+	require.Nil(t, resp, "no room for a breaker: straight to next")
 	require.Error(t, err)
-	require.True(t, body.closed.Load())
 
-	tr = New(rtFunc(func(*http.Request) (*http.Response, error) { return nil, nil }))
+	tr := New(rtFunc(func(*http.Request) (*http.Response, error) { return nil, nil }))
 	resp, err = tr.RoundTrip(mustReq(t, testURL))
 	require.Nil(t, resp)
 	require.ErrorContains(t, err, "nil response and a nil error")
