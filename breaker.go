@@ -1,6 +1,7 @@
 package httpbreaker
 
 import (
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -146,8 +147,11 @@ type breaker struct {
 	// throttleLast is the clock time of the last 429 seen.
 	throttleLast atomic.Int64
 	// retryHint is the longest Retry-After (ns) seen on a failed or
-	// throttled response since the last transition.
-	retryHint atomic.Int64
+	// throttled response since the last transition, and retryHintAt the
+	// clock time it was seen: a hint older than the window is not one of
+	// the responses that trip the breaker, and counts for nothing.
+	retryHint   atomic.Int64
+	retryHintAt atomic.Int64
 	// rejections counts refused calls by reason.
 	rejections [numReasons]atomic.Int64
 	// openErr is the error shared by the rejections of the current open
@@ -163,6 +167,7 @@ type breaker struct {
 	successes   int64                       // consecutive probe successes; guarded by mu
 	transitions [numStates][numStates]int64 // guarded by mu
 	openNanos   int64                       // time spent in finished open periods; guarded by mu
+	openSeen    int64                       // the most open time reported (openTotalLocked); guarded by mu
 	probes      [numProbeResults]int64      // guarded by mu
 }
 
@@ -304,7 +309,7 @@ func (b *breaker) setLocked(to State, now int64, reason string) *transition {
 	w := b.word.Load()
 	from := stateOf(w)
 	if from == StateOpen {
-		b.openNanos += now - b.since
+		b.openNanos = b.openTotalLocked(now)
 	}
 	b.since = now
 	b.probeStarts = b.probeStarts[:0]
@@ -324,32 +329,52 @@ func (b *breaker) setLocked(to State, now int64, reason string) *transition {
 
 // openLocked opens the breaker for d. Requires mu held.
 func (b *breaker) openLocked(now int64, d time.Duration, reason string) *transition {
-	b.retryAt.Store(now + int64(d))
+	until := now + int64(d)
+	if until < now {
+		until = math.MaxInt64 // "forever": a d that overflows the clock opens until its end
+	}
+	b.retryAt.Store(until)
 	tr := b.setLocked(StateOpen, now, reason)
 	if tr != nil {
 		tr.openFor = d
-		tr.retryAt = now + int64(d)
+		tr.retryAt = until
 	}
 	return tr
+}
+
+// openTotalLocked is the time spent open as of clock time now: finished
+// open periods, and the current one up to now but not past its end, after
+// which the breaker is due for half-open however late the next request
+// comes. It never decreases, whatever now: a clock read before mu was
+// taken may be earlier than one a scrape has already used, or than the
+// start of the open period. Requires mu held.
+func (b *breaker) openTotalLocked(now int64) int64 {
+	total := b.openNanos
+	if stateOf(b.word.Load()) == StateOpen {
+		total += min(now, b.retryAt.Load()) - b.since
+	}
+	total = max(total, b.openSeen)
+	b.openSeen = total
+	return total
 }
 
 // reopenLocked reopens a half-open breaker after a failed probe cycle,
 // with backoff. Requires mu held.
 func (b *breaker) reopenLocked(now int64, reason string) *transition {
 	b.cycles++
-	return b.openLocked(now, b.openDuration(), reason)
+	return b.openLocked(now, b.openDuration(now), reason)
 }
 
 // openDuration is the base open timeout doubled per consecutive failed
-// probe cycle, raised to the upstream Retry-After, capped at the maximum,
-// then jittered upward.
-func (b *breaker) openDuration() time.Duration {
+// probe cycle, raised to the upstream Retry-After of a response in the
+// window at clock time now, capped at the maximum, then jittered upward.
+func (b *breaker) openDuration(now int64) time.Duration {
 	c := b.cfg
 	d := c.openTimeout
 	for i := 0; i < b.cycles && d < c.maxOpenTimeout; i++ {
 		d *= 2
 	}
-	if h := time.Duration(b.retryHint.Load()); h > d {
+	if h := time.Duration(b.retryHint.Load()); h > d && b.hintFresh(now) {
 		d = h
 	}
 	d = min(d, c.maxOpenTimeout)
@@ -430,12 +455,23 @@ func (b *breaker) noteRetryAfter(resp *http.Response, now int64) {
 	if !ok {
 		return
 	}
+	fresh := b.hintFresh(now)
 	for {
 		old := b.retryHint.Load()
-		if int64(d) <= old || b.retryHint.CompareAndSwap(old, int64(d)) {
+		if fresh && int64(d) <= old {
+			return
+		}
+		if b.retryHint.CompareAndSwap(old, int64(d)) {
+			b.retryHintAt.Store(now)
 			return
 		}
 	}
+}
+
+// hintFresh reports whether retryHint was seen within the window before
+// clock time now.
+func (b *breaker) hintFresh(now int64) bool {
+	return now-b.retryHintAt.Load() <= int64(b.cfg.window)
 }
 
 // maybeTrip opens the breaker if the window's failure rate has reached
@@ -463,7 +499,7 @@ func (b *breaker) maybeTrip(w uint64, now int64, throttled bool) *transition {
 		b.mu.Unlock()
 		return nil
 	}
-	tr := b.openLocked(now, b.openDuration(), "failure rate")
+	tr := b.openLocked(now, b.openDuration(now), "failure rate")
 	b.mu.Unlock()
 	tr.rate = float64(bad) / float64(req)
 	tr.samples = req
@@ -551,12 +587,16 @@ func (b *breaker) reset(now int64) *transition {
 
 // closeLocked closes the breaker with its backoff and window counts
 // cleared. It starts a new generation even when the breaker was closed
-// already, so calls admitted before cannot refill the cleared window.
-// Requires mu held.
+// already, and before it clears the window, so that calls admitted
+// before do not refill the cleared window. (One that passed its
+// generation check an instant before, and adds its count an instant
+// after the clear, still lands in it: the check and the add are two
+// atomic operations, not one.) Requires mu held.
 func (b *breaker) closeLocked(now int64, reason string) *transition {
 	b.cycles = 0
+	tr := b.setLocked(StateClosed, now, reason)
 	b.win.clear()
-	return b.setLocked(StateClosed, now, reason)
+	return tr
 }
 
 // idle reports whether the breaker can be evicted: closed, older than a

@@ -2,7 +2,9 @@ package httpbreaker
 
 import (
 	"context"
+	"math"
 	"net/http"
+	"runtime"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -260,6 +262,83 @@ func TestOpenDurationHonoursRetryAfter(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestOpenDurationForgetsAnOldRetryAfter: a Retry-After is honoured only
+// from responses in the window that trips. One from a burst of 429s an
+// hour earlier, which never tripped, does not stretch a trip on plain
+// 500s; one in the window does.
+func TestOpenDurationForgetsAnOldRetryAfter(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		pause time.Duration
+		want  time.Duration
+	}{
+		{"an hour before", time.Hour, 5 * time.Second},
+		{"in the window", time.Second, time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				d := newDep(http.StatusTooManyRequests)
+				d.setHeader(http.Header{"Retry-After": {"60"}})
+				tr := New(d, WithMinRequests(5), WithJitter(0))
+				for range 5 {
+					_, _ = get(t, tr, testURL) // a burst: 429s never trip at once
+				}
+				require.Equal(t, StateClosed, tr.State(testKey))
+				d.setHeader(nil)
+				time.Sleep(tc.pause)
+				d.set(http.StatusInternalServerError, nil)
+				for range 10 {
+					_, _ = get(t, tr, testURL)
+				}
+				s := tr.Snapshot()[0]
+				require.Equal(t, StateOpen, s.State)
+				require.Equal(t, tc.want, time.Until(s.RetryAt))
+			})
+		})
+	}
+}
+
+// TestTripForever: Trip with the longest duration there is, the usual way
+// to say "until I Reset it", must not overflow into a time in the past.
+func TestTripForever(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(200)
+		tr := New(d)
+		time.Sleep(time.Second) // the Transport's clock is past zero
+		tr.Trip(testKey, time.Duration(math.MaxInt64))
+		require.Equal(t, StateOpen, tr.State(testKey))
+		resp, err := get(t, tr, testURL)
+		require.NoError(t, err)
+		require.True(t, IsRejected(resp))
+		require.Zero(t, d.calls.Load())
+		time.Sleep(100 * 365 * 24 * time.Hour)
+		require.Equal(t, StateOpen, tr.State(testKey), "a century later")
+	})
+}
+
+// TestResetStartsTheGenerationBeforeClearing: Reset must start a new
+// generation before it clears the window, or a call admitted before it,
+// which passed its generation check while the clear ran, adds its
+// outcome to the cleared window. The test holds the window's lock, which
+// the clear needs, and watches the generation move while Reset waits.
+func TestResetStartsTheGenerationBeforeClearing(t *testing.T) {
+	tr := New(newDep(200))
+	_, _ = get(t, tr, testURL)
+	b := tr.breakers.get(testKey)
+	gen := genOf(b.word.Load())
+	b.win.mu.Lock()
+	done := make(chan struct{})
+	go func() { defer close(done); tr.Reset(testKey) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for genOf(b.word.Load()) == gen && time.Now().Before(deadline) {
+		runtime.Gosched()
+	}
+	moved := genOf(b.word.Load()) != gen
+	b.win.mu.Unlock()
+	<-done
+	require.True(t, moved, "the generation moved while the clear waited")
 }
 
 func TestJitterSpreadsOpenPeriods(t *testing.T) {

@@ -12,7 +12,20 @@ import (
 // made from request content (raw paths, query strings, user IDs) would
 // create a breaker per value. The Transport caps live breakers anyway (see
 // WithMaxBreakers), but a capped key set protects nothing.
+//
+// Keys should be valid UTF-8, as HostKey and RouteKey are. The Transport
+// reads a key that is not with each invalid byte replaced by U+FFFD (so
+// two keys that differ only there share a breaker, and metric labels stay
+// distinct), at the cost of that replacement on every request.
 type KeyFunc func(*http.Request) string
+
+// canonicalKey is key as the Transport keeps it: valid UTF-8.
+func canonicalKey(key string) string {
+	if utf8.ValidString(key) {
+		return key
+	}
+	return strings.ToValidUTF8(key, "\uFFFD")
+}
 
 // maxKeyLen bounds the length of a key. HostKey and RouteKey never return
 // a longer one: a longer host is cut to this many bytes.

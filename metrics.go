@@ -1,7 +1,6 @@
 package httpbreaker
 
 import (
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -100,10 +99,7 @@ func (b *breaker) metrics(now int64) breakerMetrics {
 	m.state = b.displayStateLocked(now)
 	m.transitions = b.transitions
 	m.probes = b.probes
-	m.open = time.Duration(b.openNanos)
-	if stateOf(b.word.Load()) == StateOpen {
-		m.open += time.Duration(now - b.since)
-	}
+	m.open = time.Duration(b.openTotalLocked(now))
 	b.mu.Unlock()
 	m.outcomes = b.win.totals()
 	for r := range m.rejections {
@@ -126,8 +122,6 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (c *collector) emit(ch chan<- prometheus.Metric, key string, m *breakerMetrics) {
-	// A custom KeyFunc may return anything; a label value must be UTF-8.
-	key = strings.ToValidUTF8(key, "\uFFFD")
 	gauge, counter := prometheus.GaugeValue, prometheus.CounterValue
 	for s := State(0); s < numStates; s++ {
 		v := 0.0

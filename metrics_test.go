@@ -1,6 +1,7 @@
 package httpbreaker
 
 import (
+	"net/http"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -136,4 +137,66 @@ func TestMetricsNotInTheGlobalRegistry(t *testing.T) {
 	after, err := prometheus.DefaultGatherer.Gather()
 	require.NoError(t, err)
 	require.Equal(t, len(before), len(after))
+}
+
+// TestMetricsOpenSeconds: breaker_open_seconds_total counts an open
+// period up to its end, however late the next request comes, and never
+// goes backwards, even for clock reads taken before the breaker's lock:
+// a scrape's, read before a breaker opened, or a Reset's, read before
+// the trip that beat it to the lock.
+func TestMetricsOpenSeconds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := prometheus.NewPedanticRegistry()
+		tr := New(newDep(200), WithMetrics(reg), WithJitter(0))
+		open := func() float64 {
+			t.Helper()
+			return gaugeValue(t, reg, "breaker_open_seconds_total", `breaker="api.test"`)
+		}
+		tr.Trip(testKey, time.Second)
+		time.Sleep(time.Hour)
+		require.Equal(t, StateHalfOpen, tr.State(testKey), "due to probe")
+		require.Equal(t, 1.0, open(), "open for its one second, not the hour since")
+
+		b := tr.breakers.get(testKey)
+		before := tr.now() // read, then the breaker opens
+		time.Sleep(time.Second)
+		tr.Trip(testKey, time.Minute)
+		require.Equal(t, 1.0, b.metrics(before).open.Seconds(), "nothing added for a period that starts after now")
+		time.Sleep(30 * time.Second)
+		require.Equal(t, 31.0, open())
+		b.reset(before) // a Reset whose clock read came before the trip
+		require.Equal(t, 31.0, open(), "a counter does not go backwards")
+		require.Equal(t, StateClosed, tr.State(testKey))
+		tr.Trip(testKey, time.Second)
+		time.Sleep(time.Second)
+		require.Equal(t, 32.0, open())
+	})
+}
+
+// TestMetricsKeysThatAreNotUTF8: a custom KeyFunc that returns invalid
+// UTF-8 gets the key with U+FFFD in its place, for the breaker and its
+// labels: two such keys share a breaker rather than make the scrape fail
+// with duplicate series.
+func TestMetricsKeysThatAreNotUTF8(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	tr := New(newDep(200), WithMetrics(reg), WithKeyFunc(func(r *http.Request) string {
+		return "tenant-" + r.Header.Get("X-Tenant")
+	}))
+	for _, tenant := range []string{"\xff", "\xfe", "\xff"} {
+		req := mustReq(t, testURL)
+		req.Header.Set("X-Tenant", tenant)
+		resp, err := tr.RoundTrip(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+	}
+	_, err := reg.Gather()
+	require.NoError(t, err)
+	snap := tr.Snapshot()
+	require.Len(t, snap, 1)
+	require.Equal(t, "tenant-\uFFFD", snap[0].Key)
+	require.EqualValues(t, 3, snap[0].Requests)
+	tr.Trip("tenant-\xfe", time.Minute)
+	require.Equal(t, StateOpen, tr.State("tenant-\uFFFD"), "Trip, State and Reset take the same keys")
+	tr.Reset("tenant-\xff")
+	require.Equal(t, StateClosed, tr.State("tenant-\xfe"))
 }

@@ -376,6 +376,12 @@ func (t *Transport) create(req *http.Request, key string) (*breaker, bool) {
 	if t.cfg.keyFunc == nil {
 		return nil, false // not made by New: no breakers
 	}
+	if k := canonicalKey(key); k != key {
+		if b := t.breakers.get(k); b != nil {
+			return b, false
+		}
+		key = k
+	}
 	if len(key) > maxKeyLen {
 		key = HostKey(req)
 	}
@@ -446,7 +452,7 @@ func (t *Transport) CloseIdleConnections() {
 // without a live breaker. An open breaker whose open period has ended
 // reports StateHalfOpen: the next request will be a probe.
 func (t *Transport) State(key string) State {
-	b := t.breakers.get(key)
+	b := t.breakers.get(canonicalKey(key))
 	if b == nil {
 		return StateClosed
 	}
@@ -463,6 +469,7 @@ func (t *Transport) Trip(key string, d time.Duration) {
 	if d <= 0 {
 		return
 	}
+	key = canonicalKey(key)
 	b := t.breakers.get(key)
 	if b == nil {
 		b = t.createKey(key)
@@ -489,7 +496,7 @@ func (t *Transport) createKey(key string) *breaker {
 // applyHint takes a hint from the Store for a live breaker. Hints for keys
 // without a breaker are learnt through Store.Lookup when one is made.
 func (t *Transport) applyHint(h Hint) {
-	if b := t.breakers.get(h.Key); b != nil {
+	if b := t.breakers.get(canonicalKey(h.Key)); b != nil {
 		t.notify(b.applyHint(h, t.now(), time.Now()))
 	}
 }
@@ -497,7 +504,7 @@ func (t *Transport) applyHint(h Hint) {
 // Reset closes key's breaker and clears its counts and backoff. It does
 // nothing for a key without a live breaker.
 func (t *Transport) Reset(key string) {
-	if b := t.breakers.get(key); b != nil {
+	if b := t.breakers.get(canonicalKey(key)); b != nil {
 		t.notify(b.reset(t.now()))
 	}
 }
