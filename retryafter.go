@@ -28,7 +28,9 @@ const maxRetryAfterSeconds = uint64(maxRetryAfter / time.Second)
 //     [http.ParseTime]: IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT"), the
 //     obsolete RFC 850 form ("Sunday, 06-Nov-94 08:49:37 GMT") or the
 //     ANSI C asctime form ("Sun Nov  6 08:49:37 1994"); the RFC 850 form
-//     must say GMT, as RFC 9110 requires. The result is the
+//     must say GMT, as RFC 9110 requires, and its two-digit year is the
+//     latest one that is not more than 50 years after now (RFC 9110
+//     §5.6.7: "70" is 2070 in 2026, "80" is 1980). The result is the
 //     date minus now. A date at or before now yields (0, true), meaning
 //     "retry now". An unparseable date (including out-of-range fields such
 //     as day 32) yields (0, false).
@@ -53,12 +55,16 @@ func ParseRetryAfter(value string, now time.Time) (d time.Duration, ok bool) {
 	// http.ParseTime reads any zone name in the RFC 850 form (the one
 	// with dashes), which would make the result depend on the machine's
 	// zone database; HTTP-dates are always GMT.
-	if strings.IndexByte(v, '-') >= 0 && !strings.HasSuffix(v, " GMT") {
+	rfc850 := strings.IndexByte(v, '-') >= 0
+	if rfc850 && !strings.HasSuffix(v, " GMT") {
 		return 0, false
 	}
 	t, err := http.ParseTime(v)
 	if err != nil {
 		return 0, false
+	}
+	if rfc850 {
+		t = rfc850Year(t, now)
 	}
 	// Time.Sub saturates rather than overflowing for far-off dates.
 	d = t.Sub(now)
@@ -66,6 +72,20 @@ func ParseRetryAfter(value string, now time.Time) (d time.Duration, ok bool) {
 		return 0, true
 	}
 	return min(d, maxRetryAfter), true
+}
+
+// rfc850Year gives t, parsed from the two-digit year of the RFC 850 form,
+// the year RFC 9110 §5.6.7 reads into it: the latest year with those last
+// two digits that is not more than 50 years after now.
+func rfc850Year(t, now time.Time) time.Time {
+	y := now.Year() - now.Year()%100 + t.Year()%100
+	switch {
+	case y > now.Year()+50:
+		y -= 100
+	case y+100 <= now.Year()+50:
+		y += 100
+	}
+	return t.AddDate(y-t.Year(), 0, 0)
 }
 
 // parseDelaySeconds parses a non-empty delay-seconds value (1*DIGIT),

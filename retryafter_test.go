@@ -209,3 +209,29 @@ func BenchmarkParseRetryAfter(b *testing.B) {
 		}
 	})
 }
+
+// TestParseRetryAfterRFC850Year: RFC 9110 §5.6.7 reads a two-digit year
+// as the latest year with those digits not more than 50 years ahead;
+// Go's own reading (69–99 as 19xx) differs in part of the range.
+func TestParseRetryAfterRFC850Year(t *testing.T) {
+	for _, tc := range []struct {
+		now    int // year
+		value  string
+		want   time.Duration
+		reason string
+	}{
+		{2026, "Thursday, 01-Jan-70 00:00:00 GMT", maxRetryAfter, "2070: 44 years ahead, a date in the future"},
+		{2026, "Friday, 01-Jan-77 00:00:00 GMT", 0, "2077 is 51 years ahead: 1977, past"},
+		{2026, "Thursday, 01-Jan-26 00:01:00 GMT", time.Minute, "this century"},
+		{2090, "Tuesday, 01-Jan-10 00:00:00 GMT", maxRetryAfter, "2110: 20 years ahead, not 2010"},
+		{1994, "Sunday, 06-Nov-94 00:01:00 GMT", time.Minute, "1994"},
+	} {
+		now := time.Date(tc.now, time.January, 1, 0, 0, 0, 0, time.UTC)
+		if tc.now == 1994 {
+			now = time.Date(1994, time.November, 6, 0, 0, 0, 0, time.UTC)
+		}
+		d, ok := ParseRetryAfter(tc.value, now)
+		require.True(t, ok, tc.value)
+		require.Equal(t, tc.want, d, tc.reason)
+	}
+}

@@ -463,8 +463,9 @@ func (t *Transport) State(key string) State {
 
 // Trip opens key's breaker for exactly d — no jitter, no cap — making the
 // breaker if needed, for operators who know a dependency is down. After d
-// it probes as usual. A d of zero or less does nothing; so does a key for
-// which the cap (WithMaxBreakers) leaves no room.
+// it probes as usual; a d the clock cannot reach (time.Duration(math.MaxInt64))
+// keeps it open until Reset. A d of zero or less does nothing; so does a
+// key for which the cap (WithMaxBreakers) leaves no room.
 func (t *Transport) Trip(key string, d time.Duration) {
 	if d <= 0 {
 		return

@@ -364,7 +364,9 @@ func (s *Store) Close() error {
 		wasHealthy := s.healthy.Swap(false)
 		s.cancel()
 		s.wg.Wait()
-		if wasHealthy {
+		// A resync that was running may have made the Store healthy
+		// again after the Swap above; no goroutine is left to do so now.
+		if s.healthy.Swap(false) || wasHealthy {
 			s.releaseAll()
 		}
 	})

@@ -5,6 +5,7 @@ package redisstore
 import (
 	"context"
 	"log/slog"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -613,5 +614,28 @@ func TestMembersOfOneStore(t *testing.T) {
 	a.Close()
 	if n := rdb.Exists(ctxT(t), "test:lease:k1").Val(); n != 0 {
 		t.Error("lease not released on Close")
+	}
+}
+
+// TestCloseDuringResyncLeavesTheStoreClosed: Close while the subscriber's
+// first resync runs. The resync may mark the Store healthy after Close
+// has begun; once Close returns, the Store must still answer as closed:
+// ProbeLease LeaseUnavailable, Lookup nothing.
+func TestCloseDuringResyncLeavesTheStoreClosed(t *testing.T) {
+	r := startRedis(t)
+	c := r.Client(t)
+	for i := range 50 {
+		s, err := New(c, Options{Prefix: "closing"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := s.Join(nil)
+		for !s.subUp.Load() { // subscribed: the resync starts now
+			runtime.Gosched()
+		}
+		s.Close()
+		if l := m.ProbeLease("k", time.Second); l != httpbreaker.LeaseUnavailable {
+			t.Fatalf("Store %d: ProbeLease after Close = %v, want LeaseUnavailable", i, l)
+		}
 	}
 }
