@@ -314,13 +314,20 @@ func TestBulkhead(t *testing.T) {
 	})
 }
 
+// fullBulkhead returns a Transport with a bulkhead of one, held by a call
+// that d keeps in flight until d.release. Call it in a synctest bubble.
+func fullBulkhead(t *testing.T) (*dep, *Transport) {
+	d := newDep(200)
+	d.block()
+	tr := New(d, WithMaxConcurrent(1))
+	go func() { _, _ = get(t, tr, testURL) }()
+	synctest.Wait()
+	return d, tr
+}
+
 func TestBulkheadRejectionLooksLikeAnyRejection(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d := newDep(200)
-		d.block()
-		tr := New(d, WithMaxConcurrent(1))
-		go func() { _, _ = get(t, tr, testURL) }()
-		synctest.Wait()
+		d, tr := fullBulkhead(t)
 		resp, err := tr.RoundTrip(mustReq(t, testURL))
 		require.NoError(t, err)
 		require.True(t, IsRejected(resp))
@@ -335,11 +342,7 @@ func TestBulkheadRejectionLooksLikeAnyRejection(t *testing.T) {
 // the open period, not to come back in a second.
 func TestOpenWithFullBulkheadTellsWhenItOpens(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d := newDep(200)
-		d.block()
-		tr := New(d, WithMaxConcurrent(1))
-		go func() { _, _ = get(t, tr, testURL) }()
-		synctest.Wait()
+		d, tr := fullBulkhead(t)
 		tr.Trip(testKey, time.Minute)
 		resp, err := get(t, tr, testURL)
 		require.NoError(t, err)
