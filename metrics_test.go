@@ -200,3 +200,20 @@ func TestMetricsKeysThatAreNotUTF8(t *testing.T) {
 	tr.Reset("tenant-\xff")
 	require.Equal(t, StateClosed, tr.State("tenant-\xfe"))
 }
+
+// TestMetricsAndSnapshotMeetAKeyOnce: a key evicted and made again while
+// a scrape walks the table can sit in two slots at once, the old breaker
+// and the new. The scrape must still have one series per key (a second
+// fails it with duplicate series), and Snapshot one Status.
+func TestMetricsAndSnapshotMeetAKeyOnce(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	tr := New(newDep(200), WithMetrics(reg))
+	_, _ = get(t, tr, testURL)
+	tr.mu.Lock()
+	tr.breakers.insert(newBreaker(testKey, &tr.cfg, tr.now())) // the same key again, as in that walk
+	tr.mu.Unlock()
+	n, err := testutil.GatherAndCount(reg, "breaker_state")
+	require.NoError(t, err)
+	require.Equal(t, int(numStates), n)
+	require.Len(t, tr.Snapshot(), 1)
+}
