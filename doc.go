@@ -22,7 +22,9 @@
 // port; RouteKey for one per host and net/http.ServeMux pattern). A breaker
 // counts outcomes over a rolling window: only the dependency's own faults
 // count as failures (connection errors, timeouts, 5xx), 4xx are successes,
-// caller cancellations are ignored, and 429s count only when sustained. It
+// caller cancellations are ignored, and 429s count only when sustained. A
+// call is judged when its headers arrive, or, with WithBodyErrors, when
+// its body has been read, so that a cut or stalled body is a failure. It
 // trips when, with at least MinRequests outcomes in the window, the failure
 // rate reaches FailureRate. While open it refuses every request with a
 // synthetic 503 (or an error, or a fallback); the 503 names nothing

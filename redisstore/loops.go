@@ -251,6 +251,10 @@ func isTimeout(err error) bool {
 // It is dropped if a later Publish of this Store has superseded it (a
 // close after the open that comes back, or the reverse), so that an echo
 // cannot reopen, even for a moment, a breaker the fleet has closed since.
+//
+// Another instance's open hint that a resync has learnt already (the
+// resync read its key before the message came) is not delivered again,
+// as resync does not deliver one a message has brought.
 func (s *Store) handleMessage(payload string) {
 	w, err := decodeWire(payload)
 	if err != nil {
@@ -276,8 +280,12 @@ func (s *Store) handleMessage(payload string) {
 			return
 		}
 		s.mu.Lock()
+		old, known := s.hints[w.key]
 		s.setHintLocked(w.key, hintEntry{retryAt: r, sender: w.sender}, now)
 		s.mu.Unlock()
+		if known && old.sender == w.sender && old.retryAt.Sub(r).Abs() < sameHint {
+			return // a resync that ran before this message came has delivered it
+		}
 		s.post(httpbreaker.Hint{Key: w.key, State: httpbreaker.StateOpen, RetryAt: r}, 0)
 		return
 	}

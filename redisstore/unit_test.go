@@ -183,6 +183,20 @@ func TestHandleMessage(t *testing.T) {
 		t.Fatalf("Lookup: %+v %v", h, ok)
 	}
 
+	// The same hint again, as when a resync read the open key before
+	// its message came: known, so not delivered twice. Another sender's
+	// is news.
+	s.handleMessage(wireHint{open: true, openFor: 3000, sender: other, key: "k"}.encode())
+	flush(s)
+	if got := r.get(); len(got) != 1 {
+		t.Fatalf("the same hint delivered again: %+v", got)
+	}
+	s.handleMessage(wireHint{open: true, openFor: 3000, sender: "0123456789abcdef", key: "k"}.encode())
+	flush(s)
+	if got := r.get(); len(got) != 2 {
+		t.Fatalf("another sender's hint: delivered %+v", got)
+	}
+
 	// An absurd open time (a year): cut to MaxOpen.
 	s.handleMessage(wireHint{open: true, openFor: (24 * 365 * time.Hour).Milliseconds(), sender: other, key: "far"}.encode())
 	flush(s)
