@@ -107,10 +107,11 @@ func (t *Transport) now() int64 { return int64(time.Since(t.epoch)) }
 // When the request's breaker admits it, the request goes to next
 // unchanged and the outcome is classified (see WithClassifier) and
 // counted, when the headers arrive or, under WithBodyErrors, when the
-// body of a successful response ends. When the breaker is open, or half-open with every probe slot
-// taken, or the bulkhead is full, the request never reaches next: the
-// caller gets the synthetic 503 (see IsRejected), or the fallback's answer
-// (WithFallback), or a *RejectedError (WithRejectAsError).
+// body of a successful response ends. When the breaker is open, or
+// half-open with every probe slot taken, or the bulkhead is full, the
+// request never reaches next: the caller gets the synthetic 503 (see
+// IsRejected), or the fallback's answer (WithFallback), or a
+// *RejectedError (WithRejectAsError).
 //
 // Requests no dependency could answer — no URL, no host, a scheme other
 // than http or https — go straight to next, which fails them with its own
