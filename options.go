@@ -234,11 +234,10 @@ func WithSlowCallThreshold(d time.Duration) Option {
 	return durationOption("WithSlowCallThreshold", d, false, func(c *config) { c.slowCall = d })
 }
 
-// WithBodyErrors makes a call that ends while its response body is read
-// count as that read ends [off]. Without it a call is judged when its
-// headers arrive, and a dependency that sends a 200 and then cuts the
-// body short, resets the stream or stalls until the client's Timeout
-// passes counts as a success.
+// WithBodyErrors judges a successful call when its response body ends,
+// not when its headers arrive [off]. Without it a dependency that sends a
+// 200 and then cuts the body short, resets the stream or stalls until the
+// client's Timeout passes counts as a success.
 //
 // With it, a response the classifier counts as a success, with a body
 // (not http.NoBody) and a status other than 101 Switching Protocols,
@@ -252,8 +251,8 @@ func WithSlowCallThreshold(d time.Duration) Option {
 //     Transport.RoundTrip: a cut body or a reset is a failure, a deadline
 //     that passed while reading is a failure, a caller that cancelled is
 //     ignored;
-//   - a body that is never closed counts for nothing, as a call whose
-//     caller leaked it must not decide anything.
+//   - a body that is neither read to its end nor closed counts for
+//     nothing, as a call whose caller leaked it must not decide anything.
 //
 // A half-open probe keeps its slot until its body ends (or until the
 // probe bound, see WithMaxOpenTimeout, frees it), so a probe closes the
