@@ -49,9 +49,9 @@ func (o Outcome) String() string {
 // it and exactly one of resp and err non-nil (both nil only if the next
 // RoundTripper broke its contract). Under WithBodyErrors it is called a
 // second time for a call it judged a success whose body then fails to
-// read, with a nil resp and the body's error. It must not read or close resp.Body,
-// must not modify anything, and must be safe for concurrent use. An
-// unknown Outcome value counts as OutcomeIgnored.
+// read, with a nil resp and the body's error. It must not read or close
+// resp.Body, must not modify anything, and must be safe for concurrent
+// use. An unknown Outcome value counts as OutcomeIgnored.
 type Classifier func(req *http.Request, resp *http.Response, err error) Outcome
 
 // DefaultClassifier counts only the dependency's own faults:
