@@ -129,9 +129,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, errors.New("httpbreaker: nil Request")
 	}
 	if t.cfg.keyFunc == nil {
-		if req.Body != nil {
-			req.Body.Close()
-		}
+		closeBody(req)
 		return nil, errNotNew
 	}
 	if !routable(req) {
