@@ -111,14 +111,7 @@ func (b *breaker) metrics(now int64) breakerMetrics {
 // Collect implements prometheus.Collector.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	now := c.t.now()
-	// A key evicted and made again while each runs can be met twice, in
-	// its old slot and its new one; a second series would fail the scrape.
-	seen := make(map[string]struct{})
-	c.t.breakers.each(func(b *breaker) bool {
-		if _, dup := seen[b.key]; dup {
-			return true
-		}
-		seen[b.key] = struct{}{}
+	c.t.breakers.eachKey(func(b *breaker) bool { // a second series would fail the scrape
 		m := b.metrics(now)
 		c.emit(ch, b.key, &m)
 		return true

@@ -64,7 +64,7 @@ func (t *Transport) Snapshot() []Status {
 	now := t.now()
 	var out []Status
 	var trs []*transition
-	t.breakers.each(func(b *breaker) bool {
+	t.breakers.eachKey(func(b *breaker) bool {
 		s, tr := b.status(now, t.epoch)
 		out = append(out, s)
 		if tr != nil {
@@ -76,8 +76,7 @@ func (t *Transport) Snapshot() []Status {
 		t.notify(tr)
 	}
 	slices.SortFunc(out, func(a, b Status) int { return strings.Compare(a.Key, b.Key) })
-	// A key evicted and made again while each ran can be met twice.
-	return slices.CompactFunc(out, func(a, b Status) bool { return a.Key == b.Key })
+	return out
 }
 
 // statusJSON is one breaker in StatusHandler's output.

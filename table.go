@@ -172,9 +172,25 @@ func (t *breakerTable) remove(b *breaker) {
 	}
 }
 
+// eachKey is each for readers that walk the table beside its writers:
+// a key removed and inserted again during the walk can sit in two slots
+// the walk meets, its old breaker and its new one, and eachKey calls f
+// for the first of them only, so that each key is seen once.
+func (t *breakerTable) eachKey(f func(*breaker) bool) {
+	seen := make(map[string]struct{})
+	t.each(func(b *breaker) bool {
+		if _, dup := seen[b.key]; dup {
+			return true
+		}
+		seen[b.key] = struct{}{}
+		return f(b)
+	})
+}
+
 // each calls f for each live breaker until f returns false. It sees
 // the table as it was when it started, give or take concurrent writes,
-// like sync.Map.Range.
+// like sync.Map.Range; a walk beside writers may meet a key twice (see
+// eachKey).
 func (t *breakerTable) each(f func(*breaker) bool) {
 	s := t.slots.Load()
 	if s == nil {
