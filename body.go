@@ -13,20 +13,23 @@ func watchable(resp *http.Response) bool {
 	return resp != nil && resp.Body != nil && resp.Body != http.NoBody && resp.StatusCode != http.StatusSwitchingProtocols
 }
 
-// watchBody returns body wrapped so that the admitted call tk, whose
-// headers the classifier counted as a success, is counted when the body
-// ends (see WithBodyErrors).
-func (t *Transport) watchBody(req *http.Request, b *breaker, tk ticket, body io.ReadCloser) io.ReadCloser {
-	return &watchedBody{body: body, t: t, b: b, req: req, tk: tk}
+// watchBody returns body wrapped so that the admitted call tk of c,
+// under policy p, whose headers the classifier counted as a success, is
+// counted when the body ends (see WithBodyErrors). short is the deadline
+// rule's verdict at admission (see Transport.RoundTrip).
+func (t *Transport) watchBody(req *http.Request, c *circuit, p *policy, tk ticket, short bool, body io.ReadCloser) io.ReadCloser {
+	return &watchedBody{body: body, t: t, c: c, p: p, req: req, tk: tk, short: short}
 }
 
 // watchedBody is a response body whose end counts its call, once.
 type watchedBody struct {
-	body io.ReadCloser
-	t    *Transport
-	b    *breaker
-	req  *http.Request
-	tk   ticket
+	body  io.ReadCloser
+	t     *Transport
+	c     *circuit
+	p     *policy
+	req   *http.Request
+	tk    ticket
+	short bool
 
 	closing atomic.Bool // Close has begun: a Read error from now on is Close's doing
 	counted atomic.Bool // the call has been counted
@@ -57,13 +60,17 @@ func (w *watchedBody) Close() error {
 
 // count counts the call, the first time it is called: a success when err
 // is nil, else the classifier's verdict on err under the deadline rule.
+// If the classifier panics, the call counts for nothing (its probe slot
+// is freed) and the panic goes on.
 func (w *watchedBody) count(err error) {
 	if w.counted.Swap(true) {
 		return
 	}
-	t, now, o := w.t, w.t.now(), OutcomeSuccess
-	if err != nil {
-		o = t.budgetRule(w.req, w.tk, t.classify(w.req, nil, err), err, now)
+	t, now, o := w.t, w.t.now(), OutcomeIgnored
+	defer func() { t.notify(t.settle(w.c, w.tk, o, now, 0)) }()
+	if err == nil {
+		o = OutcomeSuccess
+		return
 	}
-	t.notify(w.b.outcome(w.tk, o, now, nil))
+	o = w.p.judge(w.req, w.p.classify(w.req, nil, err), err, w.tk.start, now, w.short, t.epoch)
 }

@@ -3,12 +3,17 @@ package httpbreaker
 import (
 	"math"
 	"math/rand/v2"
-	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 )
+
+// This file is the state machine of one breaker. It knows nothing of
+// HTTP: it takes admissions, outcomes, durations and clock times
+// (nanoseconds since the owning Transport's epoch), and returns decisions
+// and transitions. The Transport turns requests, responses, errors and
+// Retry-After headers into those.
 
 // State is the state of one breaker.
 type State int32
@@ -43,7 +48,51 @@ func (s State) String() string {
 // "half-open" rather than 1.
 func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
-// rejectReason says why a request was refused.
+// settings are what one breaker decides by. They are resolved from the
+// options when the breaker is made and never change under it: a call
+// decides by the settings it was admitted with (see ticket).
+type settings struct {
+	window          time.Duration // rolling window length
+	minRequests     int64         // no trip below this many outcomes in the window
+	failureRate     float64       // trip at failures/requests ≥ this
+	slowCall        time.Duration // a call slower than this is a failure; 0: off
+	openTimeout     time.Duration // base open duration
+	maxOpenTimeout  time.Duration // cap on the open duration; also the probe bound
+	jitter          float64       // open durations drawn from [d, d·(1+jitter)]
+	halfOpenProbes  int64         // probes in flight at once
+	probesToClose   int64         // consecutive probe successes that close
+	throttleSustain time.Duration // how long 429s must make up the rate to count
+	maxConcurrent   int64         // bulkhead: calls in flight; 0: unlimited
+}
+
+// defaultSettings returns the defaults, which follow Hystrix's where
+// they fit (see the options' docs).
+func defaultSettings() settings {
+	return settings{
+		window:          10 * time.Second,
+		minRequests:     20,
+		failureRate:     0.5,
+		openTimeout:     5 * time.Second,
+		maxOpenTimeout:  defaultMaxOpenTimeout,
+		jitter:          0.2,
+		halfOpenProbes:  1,
+		probesToClose:   3,
+		throttleSustain: 10 * time.Second,
+	}
+}
+
+// defaultMaxOpenTimeout is the maximum open timeout when none is set and
+// the open timeout is not longer.
+const defaultMaxOpenTimeout = 60 * time.Second
+
+// leaseRecheck is how long a breaker denied the fleet's probe lease stays
+// open before it asks again: the fleet's prober is expected to settle the
+// matter (and publish it) sooner.
+func (s *settings) leaseRecheck() time.Duration {
+	return min(s.openTimeout, time.Second)
+}
+
+// rejectReason says why a call was refused, or that it was admitted.
 type rejectReason int
 
 const (
@@ -54,6 +103,7 @@ const (
 	numReasons
 )
 
+// String returns the reason label of breaker_rejections_total.
 func (r rejectReason) String() string {
 	switch r {
 	case rejectOpen:
@@ -81,66 +131,67 @@ func (p probeResult) String() string {
 	return [...]string{"success", "failure", "timeout", "ignored"}[p]
 }
 
-// ticket is what an admitted call carries to its outcome. It is passed by
-// value on the hot path: keep it at three fields, which the compiler keeps
-// in registers (a fourth word cost ~20ns; so did a fifth field).
+// ticket is what an admitted call carries to its outcome.
 type ticket struct {
-	gen uint64 // generation the call was admitted in
-	// start is the clock at admission, when read: always for probes (where
-	// it also identifies the probe's slot) and rejections, and for a
-	// request with a deadline or under a slow-call threshold (tkTimed).
-	start int64
-	flags ticketFlags
+	s     *settings // the settings it was admitted under
+	gen   uint64    // the generation it was admitted in
+	probe uint64    // the half-open probe slot it holds; 0 for none
+	start int64     // clock time of its admission
 }
 
-// ticketFlags say what else a ticket knows of its admission.
-type ticketFlags uint8
-
-const (
-	tkProbe ticketFlags = 1 << iota // a half-open probe holding a slot
-	tkShort                         // the deadline budget at admission was under minBudget
-	tkTimed                         // start was read for a deadline or a slow-call threshold
-)
-
-// is reports whether every flag of f is set.
-func (tk ticket) is(f ticketFlags) bool { return tk.flags&f == f }
-
-// transition is a state change to report once every lock is released.
+// transition is a state change, to report once every lock is released.
+// A breaker that time alone has moved through several states since it
+// was last asked reports each transition, oldest first, through next.
 type transition struct {
 	key      string
 	from, to State
+	at       int64   // clock time it happened
 	rate     float64 // failure rate that tripped it (closed→open)
 	samples  int64   // requests in the window that tripped it
 	reason   string  // why: "failure rate", "probe failed", "probe timed out", "manual", "fleet", ...
 	openFor  time.Duration
 	retryAt  int64 // clock time the open period ends, when to is StateOpen
+	cycles   int   // failed probe cycles behind this open period, when to is StateOpen
+	operator bool  // opened or closed by Trip or Reset
 	fleet    bool  // caused by a Store hint: not published back
+	next     *transition
+}
+
+// fleet is what a breaker asks of the instances it shares an outage
+// with: whether it may probe for all of them. A Member is one.
+type fleet interface {
+	ProbeLease(key string, ttl time.Duration) Lease
+}
+
+// probe is a half-open probe in flight.
+type probe struct {
+	id    uint64
+	start int64
 }
 
 // breaker is the state machine of one key. The closed path is lock-free:
-// admission is one atomic load, recording an outcome one atomic add and
-// one clock read. Every transition happens under mu, exactly once: it
-// checks that the generation it saw is still current.
+// admission is one atomic load and one atomic add, recording an outcome
+// one atomic add in the window and one to give the place back. Every
+// transition happens under mu, exactly once: it checks that the
+// generation it saw is still current.
 type breaker struct {
-	// The closed path reads key through win.width in the first cache line
-	// and one bucket of win in the lines that follow it (see window).
-	key  string
-	hash uint64 // of key in the Transport's table; set before it is published
-	cfg  *config
+	key   string
+	fleet fleet // nil without a Store
 
 	// word is gen<<2 | state. Written only with mu held.
 	word atomic.Uint64
-	// evicted is set when the Transport drops the breaker, for those that
-	// still hold a pointer to it (see Transport.routeBreaker).
-	evicted atomic.Bool
 	// retryAt is the clock time at which an open breaker lets probes go.
 	// Stored before word when opening.
 	retryAt atomic.Int64
+	// inflight counts the calls in the bulkhead; kept only with one.
+	inflight atomic.Int64
 
 	win window
 
-	// inflight counts calls in flight; kept only with a bulkhead.
-	inflight atomic.Int64
+	// cfg is the breaker's current settings, for what no call carries
+	// (State, Snapshot, time-driven transitions).
+	cfg atomic.Pointer[settings]
+
 	// throttleSince is 1 + the clock time at which 429s started to make
 	// up the failure rate, or 0 when they do not.
 	throttleSince atomic.Int64
@@ -154,308 +205,212 @@ type breaker struct {
 	retryHintAt atomic.Int64
 	// rejections counts refused calls by reason.
 	rejections [numReasons]atomic.Int64
-	// openErr is the error shared by the rejections of the current open
-	// period (see Transport.rejectedError).
-	openErr atomic.Pointer[RejectedError]
 
 	created int64 // clock time the breaker was made
 
 	mu          sync.Mutex
 	since       int64                       // clock time the current state began; guarded by mu
 	cycles      int                         // consecutive failed probe cycles; guarded by mu
-	probeStarts []int64                     // admission times of probes in flight; guarded by mu
+	probes      []probe                     // probes in flight; guarded by mu
+	probeSeq    uint64                      // the last probe id given; guarded by mu
 	successes   int64                       // consecutive probe successes; guarded by mu
 	transitions [numStates][numStates]int64 // guarded by mu
 	openNanos   int64                       // time spent in finished open periods; guarded by mu
 	openSeen    int64                       // the most open time reported (openTotalLocked); guarded by mu
-	probes      [numProbeResults]int64      // guarded by mu
+	results     [numProbeResults]int64      // probes by result; guarded by mu
 }
 
-func newBreaker(key string, cfg *config, now int64) *breaker {
-	b := &breaker{
-		key:         key,
-		cfg:         cfg,
-		since:       now,
-		created:     now,
-		probeStarts: make([]int64, 0, cfg.halfOpenProbes),
-	}
-	b.win.init(int64(cfg.window))
+// newBreaker returns a closed breaker for key, made at clock time now,
+// deciding by s and asking f (if not nil) for the fleet's probe lease.
+func newBreaker(key string, s *settings, now int64, f fleet) *breaker {
+	b := new(breaker)
+	b.init(key, s, now, f)
 	return b
+}
+
+// init makes b, which must be new, the breaker newBreaker returns.
+func (b *breaker) init(key string, s *settings, now int64, f fleet) {
+	b.key, b.fleet, b.since, b.created = key, f, now, now
+	b.cfg.Store(s)
+	b.win.init(int64(s.window))
 }
 
 func stateOf(w uint64) State { return State(w & 3) }
 func genOf(w uint64) uint64  { return w >> 2 }
 
-// admit decides whether a call may go: first the bulkhead, then the
-// state. A call refused by a full bulkhead while the breaker is open is
-// refused as open, so that its caller learns when the open period ends.
-// now is called at most once, and only when the breaker is not closed.
-func (b *breaker) admit(now func() int64) (ticket, rejectReason, *transition) {
-	if max := b.cfg.maxConcurrent; max > 0 {
-		if b.inflight.Add(1) > max {
-			b.inflight.Add(-1)
-			if stateOf(b.word.Load()) == StateOpen {
-				if t := now(); t < b.retryAt.Load() {
-					return ticket{start: t}, rejectOpen, nil
-				}
-			}
-			return ticket{}, rejectBulkhead, nil
-		}
-		tk, r, tr := b.admitState(now)
-		if r != admitted {
-			b.inflight.Add(-1)
-		}
-		return tk, r, tr
+// admit decides at clock time now whether a call may go, by settings s:
+// first the bulkhead, then the state. A call refused by a full bulkhead
+// while the breaker is open is refused as open, so that its caller learns
+// when the open period ends. An admitted call must give back its place
+// with release and be counted with count.
+func (b *breaker) admit(now int64, s *settings) (ticket, rejectReason, *transition) {
+	if w := b.word.Load(); stateOf(w) == StateClosed && s.maxConcurrent == 0 {
+		return ticket{s: s, gen: genOf(w), start: now}, admitted, nil // nothing to hold
 	}
-	return b.admitState(now)
+	return b.admitHeld(now, s)
 }
 
-// admitState decides by state alone.
-func (b *breaker) admitState(now func() int64) (ticket, rejectReason, *transition) {
+// admitHeld is admit when there is a bulkhead place or a probe slot to
+// take, or a refusal to decide.
+func (b *breaker) admitHeld(now int64, s *settings) (ticket, rejectReason, *transition) {
+	if s.maxConcurrent > 0 {
+		if b.inflight.Add(1) > s.maxConcurrent {
+			b.inflight.Add(-1)
+			if stateOf(b.word.Load()) == StateOpen && now < b.retryAt.Load() {
+				return b.refuse(rejectOpen)
+			}
+			return b.refuse(rejectBulkhead)
+		}
+	}
+	tk, reason, tr := b.admitState(now, s)
+	if reason != admitted && s.maxConcurrent > 0 {
+		b.inflight.Add(-1)
+	}
+	return tk, reason, tr
+}
+
+// refuse counts a refusal for reason.
+func (b *breaker) refuse(reason rejectReason) (ticket, rejectReason, *transition) {
+	b.rejections[reason].Add(1)
+	return ticket{}, reason, nil
+}
+
+// admitState is admit by state alone.
+func (b *breaker) admitState(now int64, s *settings) (ticket, rejectReason, *transition) {
 	w := b.word.Load()
 	if stateOf(w) == StateClosed {
-		return ticket{gen: genOf(w)}, admitted, nil
+		return ticket{s: s, gen: genOf(w), start: now}, admitted, nil
 	}
-	t := now()
 	if stateOf(w) == StateOpen {
-		if t < b.retryAt.Load() {
-			return ticket{start: t}, rejectOpen, nil
+		if now < b.retryAt.Load() {
+			return b.refuse(rejectOpen)
 		}
-		if m := b.cfg.member; m != nil && m.ProbeLease(b.key, b.cfg.maxOpenTimeout) == LeaseDenied {
+		if b.fleet != nil && b.fleet.ProbeLease(b.key, s.maxOpenTimeout) == LeaseDenied {
 			// Another instance probes for the fleet: stay open a little
 			// longer and ask again.
 			b.mu.Lock()
 			if b.word.Load() == w {
-				b.retryAt.Store(t + int64(b.cfg.leaseRecheck()))
+				b.retryAt.Store(now + int64(s.leaseRecheck()))
 			}
 			b.mu.Unlock()
-			return ticket{start: t}, rejectOpen, nil
+			return b.refuse(rejectOpen)
 		}
 	}
 	b.mu.Lock()
-	tr := b.advanceLocked(t, true)
+	tr := b.advanceLocked(now, s, true)
 	w = b.word.Load()
-	switch stateOf(w) {
-	case StateClosed:
-		b.mu.Unlock()
-		return ticket{gen: genOf(w)}, admitted, tr
-	case StateOpen:
-		b.mu.Unlock()
-		return ticket{start: t}, rejectOpen, tr
+	var tk ticket
+	reason := admitted
+	switch {
+	case stateOf(w) == StateClosed:
+		tk = ticket{s: s, gen: genOf(w), start: now}
+	case stateOf(w) == StateOpen:
+		reason = rejectOpen
+	case int64(len(b.probes)) >= s.halfOpenProbes:
+		reason = rejectHalfOpen
+	default:
+		b.probeSeq++
+		b.probes = append(b.probes, probe{id: b.probeSeq, start: now})
+		tk = ticket{s: s, gen: genOf(w), probe: b.probeSeq, start: now}
 	}
-	if int64(len(b.probeStarts)) >= b.cfg.halfOpenProbes {
-		b.mu.Unlock()
-		return ticket{start: t}, rejectHalfOpen, tr
-	}
-	b.probeStarts = append(b.probeStarts, t)
 	b.mu.Unlock()
-	return ticket{gen: genOf(w), start: t, flags: tkProbe}, admitted, tr
+	if reason != admitted {
+		b.rejections[reason].Add(1)
+	}
+	return tk, reason, tr
 }
 
-// advanceLocked applies the transitions that time alone causes: an open
-// period that has ended becomes half-open, and a half-open breaker whose
-// oldest probe has outlived the probe bound reopens. At most one
-// transition happens per call. With a Store, only an admission (which has
-// asked for the fleet's probe lease) moves an open breaker to half-open.
-// Requires mu held.
-func (b *breaker) advanceLocked(now int64, admission bool) *transition {
-	w := b.word.Load()
-	switch stateOf(w) {
-	case StateOpen:
-		if now >= b.retryAt.Load() && (admission || b.cfg.store == nil) {
-			return b.setLocked(StateHalfOpen, now, "open period ended")
-		}
-	case StateHalfOpen:
-		bound := int64(b.cfg.maxOpenTimeout)
-		for _, s := range b.probeStarts {
-			if now-s >= bound {
-				b.probes[probeTimeout]++
-				return b.reopenLocked(now, "probe timed out")
-			}
-		}
-	}
-	return nil
-}
-
-// current returns the state as of clock time now, applying any transition
-// time alone has caused.
-func (b *breaker) current(now int64) (State, *transition) {
-	w := b.word.Load()
-	if stateOf(w) == StateClosed {
-		return StateClosed, nil
-	}
-	b.mu.Lock()
-	tr := b.advanceLocked(now, false)
-	s := b.displayStateLocked(now)
-	b.mu.Unlock()
-	return s, tr
-}
-
-// displayStateLocked is the state to show: an open breaker whose open
-// period has ended shows as half-open, due to probe, even while it waits
-// for the fleet's probe lease. Requires mu held.
-func (b *breaker) displayStateLocked(now int64) State {
-	s := stateOf(b.word.Load())
-	if s == StateOpen && now >= b.retryAt.Load() {
-		return StateHalfOpen
-	}
-	return s
-}
-
-// setLocked moves to state to at clock time now and starts a new
-// generation. It returns nil when the state stays the same (a manual trip
-// of an open breaker), which is not a transition. Requires mu held.
-func (b *breaker) setLocked(to State, now int64, reason string) *transition {
-	w := b.word.Load()
-	from := stateOf(w)
-	if from == StateOpen {
-		b.openNanos = b.openTotalLocked(now)
-	}
-	b.since = now
-	b.probeStarts = b.probeStarts[:0]
-	b.successes = 0
-	b.retryHint.Store(0)
-	b.throttleSince.Store(0)
-	if to != StateOpen {
-		b.retryAt.Store(0)
-	}
-	b.word.Store((genOf(w)+1)<<2 | uint64(to))
-	if from == to {
-		return nil
-	}
-	b.transitions[from][to]++
-	return &transition{key: b.key, from: from, to: to, reason: reason}
-}
-
-// openLocked opens the breaker for d. Requires mu held.
-func (b *breaker) openLocked(now int64, d time.Duration, reason string) *transition {
-	until := now + int64(d)
-	if until < now {
-		until = math.MaxInt64 // "forever": a d that overflows the clock opens until its end
-	}
-	b.retryAt.Store(until)
-	tr := b.setLocked(StateOpen, now, reason)
-	if tr != nil {
-		tr.openFor = d
-		tr.retryAt = until
-	}
-	return tr
-}
-
-// openTotalLocked is the time spent open as of clock time now: finished
-// open periods, and the current one up to now but not past its end, after
-// which the breaker is due for half-open however late the next request
-// comes. It never decreases, whatever now: a clock read before mu was
-// taken may be earlier than one a scrape has already used, or than the
-// start of the open period. Requires mu held.
-func (b *breaker) openTotalLocked(now int64) int64 {
-	total := b.openNanos
-	if stateOf(b.word.Load()) == StateOpen {
-		total += min(now, b.retryAt.Load()) - b.since
-	}
-	total = max(total, b.openSeen)
-	b.openSeen = total
-	return total
-}
-
-// reopenLocked reopens a half-open breaker after a failed probe cycle,
-// with backoff. Requires mu held.
-func (b *breaker) reopenLocked(now int64, reason string) *transition {
-	b.cycles++
-	return b.openLocked(now, b.openDuration(now), reason)
-}
-
-// openDuration is the base open timeout doubled per consecutive failed
-// probe cycle, raised to the upstream Retry-After of a response in the
-// window at clock time now, capped at the maximum, then jittered upward.
-func (b *breaker) openDuration(now int64) time.Duration {
-	c := b.cfg
-	d := c.openTimeout
-	for i := 0; i < b.cycles && d < c.maxOpenTimeout; i++ {
-		d *= 2
-	}
-	if h := time.Duration(b.retryHint.Load()); h > d && b.hintFresh(now) {
-		d = h
-	}
-	d = min(d, c.maxOpenTimeout)
-	if c.jitter > 0 {
-		if span := int64(float64(d) * c.jitter); span > 0 {
-			d += time.Duration(rand.Int64N(span + 1))
-		}
-	}
-	return d
-}
-
-// record takes the outcome of an admitted call and returns the transition
-// it caused, if any.
-func (b *breaker) record(tk ticket, o Outcome, now int64, resp *http.Response) *transition {
-	if b.plainSuccess(tk, o) {
-		b.win.add(now, o)
-		return nil
-	}
-	return b.recordOther(tk, o, now, resp)
-}
-
-// recordOther is record for every outcome but a plainSuccess.
-func (b *breaker) recordOther(tk ticket, o Outcome, now int64, resp *http.Response) *transition {
-	b.release()
-	return b.outcome(tk, o, now, resp)
-}
-
-// release gives back the call's bulkhead place, if there is a bulkhead.
-func (b *breaker) release() {
-	if b.cfg.maxConcurrent > 0 {
+// release gives back the place the admitted call tk held in the
+// bulkhead, if there is one. Call it once per admitted call, when its
+// headers have arrived or it failed.
+func (b *breaker) release(tk ticket) {
+	if tk.s.maxConcurrent > 0 {
 		b.inflight.Add(-1)
 	}
 }
 
-// outcome is record once the call's bulkhead place is given back: it
-// counts o, unless the call was admitted in an earlier state, and returns
-// the transition it caused.
-func (b *breaker) outcome(tk ticket, o Outcome, now int64, resp *http.Response) *transition {
+// adopt returns a ticket of b's current generation for a call admitted
+// through another breaker of the same key (see Transport.settle), or
+// false when b is not closed: then the call was admitted in a state that
+// is over, and says nothing now.
+func (b *breaker) adopt(tk ticket) (ticket, bool) {
+	w := b.word.Load()
+	if stateOf(w) != StateClosed || tk.probe != 0 {
+		return ticket{}, false
+	}
+	tk.gen = genOf(w)
+	return tk, true
+}
+
+// count takes the outcome o of the call tk at clock time now, with the
+// Retry-After (0 for none) of its response, and returns the transition
+// it caused. An outcome of a call admitted in an earlier generation is
+// dropped: a late result never decides the new state.
+func (b *breaker) count(tk ticket, o Outcome, now int64, retryAfter time.Duration) *transition {
 	if o < OutcomeSuccess || o > OutcomeIgnored {
 		o = OutcomeIgnored
 	}
-	if tk.is(tkProbe) {
-		return b.recordProbe(tk, o, now, resp)
+	if tk.probe != 0 {
+		return b.countProbe(tk, o, now, retryAfter)
 	}
 	w := b.word.Load()
 	if genOf(w) != tk.gen {
-		return nil // admitted in an earlier state: says nothing now
+		return nil
 	}
 	b.win.add(now, o)
-	switch o {
-	case OutcomeFailure:
-		b.noteRetryAfter(resp, now)
-		return b.maybeTrip(w, now, false)
-	case OutcomeThrottled:
-		b.noteRetryAfter(resp, now)
-		return b.maybeTrip(w, now, true)
+	if o == OutcomeFailure || o == OutcomeThrottled {
+		b.noteRetryAfter(retryAfter, now, tk.s)
+		return b.maybeTrip(w, now, tk.s, o == OutcomeThrottled)
 	}
 	return nil
 }
 
-// plainSuccess reports whether o is record's common case: a success of a
-// closed-path call, without a bulkhead, in the generation it was admitted
-// in, which only needs counting. It inlines into the request path.
-func (b *breaker) plainSuccess(tk ticket, o Outcome) bool {
-	return o == OutcomeSuccess && !tk.is(tkProbe) && b.cfg.maxConcurrent == 0 && genOf(b.word.Load()) == tk.gen
+// countProbe is count for a half-open probe: it frees the probe's slot
+// and moves the breaker as its outcome says.
+func (b *breaker) countProbe(tk ticket, o Outcome, now int64, retryAfter time.Duration) *transition {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	w := b.word.Load()
+	if genOf(w) != tk.gen || stateOf(w) != StateHalfOpen {
+		return nil // a newer state already decided
+	}
+	b.releaseProbeLocked(tk.probe)
+	b.win.add(now, o)
+	switch o {
+	case OutcomeSuccess:
+		b.results[probeSuccess]++
+		b.successes++
+		if b.successes >= tk.s.probesToClose {
+			return b.closeLocked(now, "probes succeeded")
+		}
+	case OutcomeFailure:
+		b.results[probeFailure]++
+		b.noteRetryAfter(retryAfter, now, tk.s)
+		return b.reopenLocked(now, tk.s, "probe failed")
+	default:
+		b.results[probeIgnored]++
+	}
+	return nil
 }
 
-// noteRetryAfter keeps the longest Retry-After of failed responses.
-func (b *breaker) noteRetryAfter(resp *http.Response, now int64) {
-	if resp == nil {
+// releaseProbeLocked frees the slot of probe id. Requires mu held.
+func (b *breaker) releaseProbeLocked(id uint64) {
+	for i, p := range b.probes {
+		if p.id == id {
+			last := len(b.probes) - 1
+			b.probes[i] = b.probes[last]
+			b.probes = b.probes[:last]
+			return
+		}
+	}
+}
+
+// noteRetryAfter keeps the longest Retry-After d of failed responses.
+func (b *breaker) noteRetryAfter(d time.Duration, now int64, s *settings) {
+	if d <= 0 {
 		return
 	}
-	v := resp.Header.Get("Retry-After")
-	if v == "" {
-		return
-	}
-	d, ok := ParseRetryAfter(v, time.Now())
-	if !ok {
-		return
-	}
-	fresh := b.hintFresh(now)
+	fresh := b.hintFresh(now, s)
 	for {
 		old := b.retryHint.Load()
 		if fresh && int64(d) <= old {
@@ -470,28 +425,29 @@ func (b *breaker) noteRetryAfter(resp *http.Response, now int64) {
 
 // hintFresh reports whether retryHint was seen within the window before
 // clock time now.
-func (b *breaker) hintFresh(now int64) bool {
-	return now-b.retryHintAt.Load() <= int64(b.cfg.window)
+func (b *breaker) hintFresh(now int64, s *settings) bool {
+	return now-b.retryHintAt.Load() <= int64(s.window)
 }
 
 // maybeTrip opens the breaker if the window's failure rate has reached
-// the threshold. w is the state word the outcome was recorded under; the
-// transition happens only if it is still current, so it happens once.
-func (b *breaker) maybeTrip(w uint64, now int64, throttled bool) *transition {
+// the threshold. It is checked when a failure or a 429 is counted, never
+// on a success, which cannot raise the rate. w is the state word the
+// outcome was counted under; the transition happens only if it is still
+// current, so it happens once.
+func (b *breaker) maybeTrip(w uint64, now int64, s *settings, throttled bool) *transition {
 	c := b.win.sums(now)
 	req := c.requests()
-	if req < b.cfg.minRequests {
+	if req < s.minRequests {
 		if throttled {
 			b.throttleSince.Store(0)
 		}
 		return nil
 	}
-	rate := b.cfg.failureRate
 	bad := c[OutcomeFailure]
-	if b.throttleSustained(now, c, throttled) {
+	if b.throttleSustained(now, c, s, throttled) {
 		bad += c[OutcomeThrottled]
 	}
-	if float64(bad) < rate*float64(req) {
+	if float64(bad) < s.failureRate*float64(req) {
 		return nil
 	}
 	b.mu.Lock()
@@ -499,7 +455,7 @@ func (b *breaker) maybeTrip(w uint64, now int64, throttled bool) *transition {
 		b.mu.Unlock()
 		return nil
 	}
-	tr := b.openLocked(now, b.openDuration(now), "failure rate")
+	tr := b.openLocked(now, b.openDuration(now, s), "failure rate")
 	b.mu.Unlock()
 	tr.rate = float64(bad) / float64(req)
 	tr.samples = req
@@ -511,8 +467,8 @@ func (b *breaker) maybeTrip(w uint64, now int64, throttled bool) *transition {
 // interruption. The streak is checked on every 429 (throttled is true) and
 // on every failure; it breaks when the condition fails or when no 429 has
 // been seen for a bucket width, so a burst that ended never counts.
-func (b *breaker) throttleSustained(now int64, c counts, throttled bool) bool {
-	holds := float64(c[OutcomeThrottled]) >= b.cfg.failureRate*float64(c.requests())
+func (b *breaker) throttleSustained(now int64, c counts, s *settings, throttled bool) bool {
+	holds := float64(c[OutcomeThrottled]) >= s.failureRate*float64(c.requests())
 	if holds && !throttled && now-b.throttleLast.Load() > b.win.width {
 		holds = false // the 429s stopped: the streak is over
 	}
@@ -521,122 +477,291 @@ func (b *breaker) throttleSustained(now int64, c counts, throttled bool) bool {
 		return false
 	}
 	if throttled {
-		if s := b.throttleSince.Load(); s != 0 && now-b.throttleLast.Load() > b.win.width {
-			b.throttleSince.CompareAndSwap(s, 0) // a gap: start a new streak
+		if since := b.throttleSince.Load(); since != 0 && now-b.throttleLast.Load() > b.win.width {
+			b.throttleSince.CompareAndSwap(since, 0) // a gap: start a new streak
 		}
 		b.throttleLast.Store(now)
 		b.throttleSince.CompareAndSwap(0, now+1)
 	}
-	s := b.throttleSince.Load()
-	return s != 0 && now-(s-1) >= int64(b.cfg.throttleSust)
+	since := b.throttleSince.Load()
+	return since != 0 && now-(since-1) >= int64(s.throttleSustain)
 }
 
-// recordProbe takes the outcome of a half-open probe.
-func (b *breaker) recordProbe(tk ticket, o Outcome, now int64, resp *http.Response) *transition {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+// advanceLocked applies, as of clock time now, the transitions that time
+// alone causes, each at the time it happened: an open period that ended
+// at retryAt became half-open then, and a half-open breaker whose oldest
+// probe outlived the probe bound reopened when the bound passed (and may
+// since have become half-open again). With a fleet, only an admission
+// (which has asked for the fleet's probe lease) moves an open breaker to
+// half-open. Requires mu held.
+func (b *breaker) advanceLocked(now int64, s *settings, admission bool) *transition {
+	var first, last *transition
+	for {
+		var tr *transition
+		w := b.word.Load()
+		switch stateOf(w) {
+		case StateOpen:
+			if at := b.retryAt.Load(); now >= at && (admission || b.fleet == nil) {
+				tr = b.setLocked(StateHalfOpen, at, "open period ended")
+			}
+		case StateHalfOpen:
+			if at, ok := b.probeBoundLocked(s); ok && now >= at {
+				b.results[probeTimeout]++
+				tr = b.reopenLocked(at, s, "probe timed out")
+			}
+		}
+		if tr == nil {
+			return first
+		}
+		if first == nil {
+			first = tr
+		} else {
+			last.next = tr
+		}
+		last = tr
+	}
+}
+
+// probeBoundLocked returns the clock time at which the oldest probe in
+// flight outlives the probe bound, if one is in flight. Requires mu held.
+func (b *breaker) probeBoundLocked(s *settings) (int64, bool) {
+	if len(b.probes) == 0 {
+		return 0, false
+	}
+	oldest := b.probes[0].start
+	for _, p := range b.probes[1:] {
+		oldest = min(oldest, p.start)
+	}
+	return oldest + int64(s.maxOpenTimeout), true
+}
+
+// setLocked moves to state to at clock time at and starts a new
+// generation. It returns nil when the state stays the same (a manual trip
+// of an open breaker), which is not a transition. Requires mu held.
+func (b *breaker) setLocked(to State, at int64, reason string) *transition {
 	w := b.word.Load()
-	if genOf(w) != tk.gen || stateOf(w) != StateHalfOpen {
-		return nil // a newer state already decided
+	from := stateOf(w)
+	if from == StateOpen {
+		b.openNanos = b.openTotalLocked(at)
 	}
-	b.releaseProbeLocked(tk.start)
-	b.win.add(now, o)
-	switch o {
-	case OutcomeSuccess:
-		b.probes[probeSuccess]++
-		b.successes++
-		if b.successes >= b.cfg.probesToClose {
-			return b.closeLocked(now, "probes succeeded")
+	b.since = at
+	b.probes = b.probes[:0]
+	b.successes = 0
+	b.retryHint.Store(0)
+	b.throttleSince.Store(0)
+	if to != StateOpen {
+		b.retryAt.Store(0)
+	}
+	b.word.Store((genOf(w)+1)<<2 | uint64(to))
+	if from == to {
+		return nil
+	}
+	b.transitions[from][to]++
+	return &transition{key: b.key, from: from, to: to, at: at, reason: reason}
+}
+
+// openLocked opens the breaker at clock time at for d. Requires mu held.
+func (b *breaker) openLocked(at int64, d time.Duration, reason string) *transition {
+	until := at + int64(d)
+	if until < at {
+		until = math.MaxInt64 // "forever": a d that overflows the clock opens until its end
+	}
+	b.retryAt.Store(until)
+	tr := b.setLocked(StateOpen, at, reason)
+	if tr != nil {
+		tr.openFor, tr.retryAt, tr.cycles = d, until, b.cycles
+	}
+	return tr
+}
+
+// openTotalLocked is the time spent open as of clock time now: finished
+// open periods, and the current one up to now but not past its end, after
+// which the breaker is due for half-open however late the next request
+// comes. It never decreases, whatever now: a clock read before mu was
+// taken may be earlier than one a scrape has already used, or than the
+// start of the open period. Requires mu held.
+func (b *breaker) openTotalLocked(now int64) int64 {
+	total := b.openNanos
+	if stateOf(b.word.Load()) == StateOpen {
+		total += max(min(now, b.retryAt.Load())-b.since, 0)
+	}
+	total = max(total, b.openSeen)
+	b.openSeen = total
+	return total
+}
+
+// reopenLocked reopens a half-open breaker at clock time at after a
+// failed probe cycle, with backoff. Requires mu held.
+func (b *breaker) reopenLocked(at int64, s *settings, reason string) *transition {
+	b.cycles++
+	return b.openLocked(at, b.openDuration(at, s), reason)
+}
+
+// openDuration is the base open timeout doubled per consecutive failed
+// probe cycle, raised to the upstream Retry-After of a response in the
+// window at clock time now, capped at the maximum, then jittered upward.
+func (b *breaker) openDuration(now int64, s *settings) time.Duration {
+	d := s.openTimeout
+	for i := 0; i < b.cycles && d < s.maxOpenTimeout; i++ {
+		d *= 2
+	}
+	if h := time.Duration(b.retryHint.Load()); h > d && b.hintFresh(now, s) {
+		d = h
+	}
+	d = min(d, s.maxOpenTimeout)
+	if s.jitter > 0 {
+		if span := int64(float64(d) * s.jitter); span > 0 {
+			d += time.Duration(rand.Int64N(span + 1))
 		}
-	case OutcomeFailure:
-		b.probes[probeFailure]++
-		b.noteRetryAfter(resp, now)
-		return b.reopenLocked(now, "probe failed")
-	default:
-		b.probes[probeIgnored]++
 	}
-	return nil
+	return d
 }
 
-// releaseProbeLocked frees the slot of the probe admitted at start.
-// Requires mu held.
-func (b *breaker) releaseProbeLocked(start int64) {
-	for i, s := range b.probeStarts {
-		if s == start {
-			last := len(b.probeStarts) - 1
-			b.probeStarts[i] = b.probeStarts[last]
-			b.probeStarts = b.probeStarts[:last]
-			return
-		}
-	}
-}
-
-// trip opens the breaker for exactly d, whatever its state.
-func (b *breaker) trip(now int64, d time.Duration) *transition {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.openLocked(now, d, "manual")
-}
-
-// reset closes the breaker and clears its counts and backoff.
-func (b *breaker) reset(now int64) *transition {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.closeLocked(now, "manual")
-}
-
-// closeLocked closes the breaker with its backoff and window counts
-// cleared. It starts a new generation even when the breaker was closed
-// already, and before it clears the window, so that calls admitted
-// before do not refill the cleared window. (One that passed its
+// closeLocked closes the breaker at clock time at with its backoff and
+// window counts cleared. It starts a new generation even when the breaker
+// was closed already, and before it clears the window, so that calls
+// admitted before do not refill the cleared window. (One that passed its
 // generation check an instant before, and adds its count an instant
 // after the clear, still lands in it: the check and the add are two
 // atomic operations, not one.) Requires mu held.
-func (b *breaker) closeLocked(now int64, reason string) *transition {
+func (b *breaker) closeLocked(at int64, reason string) *transition {
 	b.cycles = 0
-	tr := b.setLocked(StateClosed, now, reason)
+	tr := b.setLocked(StateClosed, at, reason)
 	b.win.clear()
 	return tr
 }
 
-// idle reports whether the breaker can be evicted: closed, older than a
-// window, no call in flight that a bulkhead counts, and nothing recorded
-// in its window.
+// current returns the state as of clock time now, applying any transition
+// time alone has caused.
+func (b *breaker) current(now int64) (State, *transition) {
+	if stateOf(b.word.Load()) == StateClosed {
+		return StateClosed, nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	tr := b.advanceLocked(now, b.cfg.Load(), false)
+	s, _ := b.displayLocked(now)
+	return s, tr
+}
+
+// displayLocked is the state to show and when it began: an open breaker
+// whose open period has ended shows as half-open since that end, due to
+// probe, even while it waits for the fleet's probe lease. Requires mu
+// held.
+func (b *breaker) displayLocked(now int64) (State, int64) {
+	s := stateOf(b.word.Load())
+	if at := b.retryAt.Load(); s == StateOpen && now >= at {
+		return StateHalfOpen, at
+	}
+	return s, b.since
+}
+
+// trip opens the breaker at clock time now for exactly d, whatever its
+// state: an operator's action.
+func (b *breaker) trip(now int64, d time.Duration) *transition {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	tr := b.openLocked(now, d, "manual")
+	if tr != nil {
+		tr.operator = true
+	}
+	return tr
+}
+
+// reset closes the breaker at clock time now and clears its counts and
+// backoff: an operator's action.
+func (b *breaker) reset(now int64) *transition {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	tr := b.closeLocked(now, "manual")
+	if tr != nil {
+		tr.operator = true
+	}
+	return tr
+}
+
+// idle reports whether the breaker can be evicted at clock time now:
+// closed, older than a window, no call in its bulkhead, and nothing
+// recorded in its window. Other calls may still be in flight: their
+// outcomes count for the key's next breaker (see Transport.settle).
 func (b *breaker) idle(now int64) bool {
-	if stateOf(b.word.Load()) != StateClosed || b.inflight.Load() != 0 || now-b.created < int64(b.cfg.window) {
+	if stateOf(b.word.Load()) != StateClosed || b.inflight.Load() != 0 || now-b.created < int64(b.cfg.Load().window) {
 		return false
 	}
 	c := b.win.sums(now)
 	return c.requests()+c[OutcomeIgnored] == 0
 }
 
-// applyHint takes a hint from the fleet: an open hint opens a closed
-// breaker until the hint's RetryAt, but never for longer than the maximum
-// open timeout; a closed hint closes an open or half-open one. now is the
-// clock, wall its wall time.
-func (b *breaker) applyHint(h Hint, now int64, wall time.Time) *transition {
-	var tr *transition
-	switch h.State {
-	case StateOpen:
-		d := h.RetryAt.Sub(wall)
-		if d <= 0 {
-			return nil
-		}
-		d = min(d, b.cfg.maxOpenTimeout)
-		b.mu.Lock()
-		if stateOf(b.word.Load()) == StateClosed {
-			tr = b.openLocked(now, d, "fleet")
-		}
-		b.mu.Unlock()
-	case StateClosed:
-		b.mu.Lock()
-		if stateOf(b.word.Load()) != StateClosed {
-			tr = b.closeLocked(now, "fleet")
-		}
-		b.mu.Unlock()
+// hintOpen takes a fleet's word at clock time now that the dependency is
+// down for d more: a closed breaker opens for d, but never for longer
+// than its maximum open timeout.
+func (b *breaker) hintOpen(now int64, d time.Duration) *transition {
+	if d <= 0 {
+		return nil
 	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if stateOf(b.word.Load()) != StateClosed {
+		return nil
+	}
+	return fleetTransition(b.openLocked(now, min(d, b.cfg.Load().maxOpenTimeout), "fleet"))
+}
+
+// hintClose takes a fleet's word at clock time now that the dependency
+// is back: an open or half-open breaker closes.
+func (b *breaker) hintClose(now int64) *transition {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if stateOf(b.word.Load()) == StateClosed {
+		return nil
+	}
+	return fleetTransition(b.closeLocked(now, "fleet"))
+}
+
+// fleetTransition marks tr, if any, as caused by the fleet.
+func fleetTransition(tr *transition) *transition {
 	if tr != nil {
 		tr.fleet = true
 	}
 	return tr
+}
+
+// stats is what Snapshot, the status page and metrics read of a breaker,
+// all at once, as of one clock time.
+type stats struct {
+	state       State // as displayLocked shows it
+	since       int64 // clock time it entered state
+	retryAt     int64 // clock time an open breaker lets probes go; 0 otherwise
+	window      counts
+	totals      counts
+	rejections  [numReasons]int64
+	transitions [numStates][numStates]int64
+	open        time.Duration // time spent open, never decreasing
+	probes      [numProbeResults]int64
+}
+
+// stats returns b's stats as of clock time now, applying any transition
+// time alone has caused (advance false only reads: a scrape changes
+// nothing).
+func (b *breaker) stats(now int64, advance bool) (stats, *transition) {
+	var st stats
+	var tr *transition
+	b.mu.Lock()
+	if advance {
+		tr = b.advanceLocked(now, b.cfg.Load(), false)
+	}
+	st.state, st.since = b.displayLocked(now)
+	if st.state == StateOpen {
+		st.retryAt = b.retryAt.Load()
+	}
+	st.transitions = b.transitions
+	st.probes = b.results
+	st.open = time.Duration(b.openTotalLocked(now))
+	b.mu.Unlock()
+	st.window = b.win.sums(now)
+	st.totals = b.win.totals()
+	for r := range st.rejections {
+		st.rejections[r] = b.rejections[r].Load()
+	}
+	return st, tr
 }

@@ -326,7 +326,7 @@ func TestTripForever(t *testing.T) {
 func TestResetStartsTheGenerationBeforeClearing(t *testing.T) {
 	tr := New(newDep(200))
 	_, _ = get(t, tr, testURL)
-	b := tr.breakers.get(testKey)
+	b := &tr.breakers.get(testKey).b
 	gen := genOf(b.word.Load())
 	b.win.mu.Lock()
 	done := make(chan struct{})
@@ -583,5 +583,42 @@ func TestSlowCallThresholdLetsHalfOpenClose(t *testing.T) {
 			step{code: 200, sent: true, want: StateHalfOpen},
 			step{code: 200, sent: true, want: StateClosed},
 		))
+	})
+}
+
+// TestHungProbeReopensFromTheBound: a probe that hangs past the probe
+// bound reopens the breaker from the moment the bound passed, not from
+// whenever the next request comes. A dependency called rarely is probed
+// on its first call after a long stall, not refused for an open period
+// that ended long before; and Since says when each state began.
+func TestHungProbeReopensFromTheBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(500)
+		tr := tripped(t, d, WithMaxOpenTimeout(30*time.Second))
+		start := time.Now()
+		time.Sleep(time.Second)
+		d.set(200, nil)
+		d.block() // the probe hangs
+		done := make(chan struct{})
+		go func() {
+			_, _ = get(t, tr, testURL)
+			close(done)
+		}()
+		synctest.Wait()
+		time.Sleep(time.Hour) // nobody calls
+		s := tr.Snapshot()[0]
+		require.Equal(t, StateHalfOpen, s.State, "reopened at the bound for 2s, long over")
+		require.Equal(t, start.Add(33*time.Second), s.Since, "due to probe since the reopened period ended")
+		before := d.calls.Load()
+		d.mu.Lock()
+		gate := d.gate
+		d.gate = nil // the next call answers at once
+		d.mu.Unlock()
+		resp, err := get(t, tr, testURL)
+		require.NoError(t, err)
+		require.False(t, IsRejected(resp), "the first call after the stall is a probe")
+		require.Equal(t, before+1, d.calls.Load())
+		close(gate)
+		<-done
 	})
 }

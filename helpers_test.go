@@ -187,3 +187,12 @@ func requireNoLock(t *testing.T, mu *sync.Mutex, what string, f func() error) {
 		t.Fatalf("%s waited for a lock held elsewhere", what)
 	}
 }
+
+// testCircuit returns a circuit for key with the default policy, made at
+// clock time 0, in no Transport.
+func testCircuit(key string) *circuit {
+	cfg := defaultConfig()
+	c := &circuit{pol: &cfg.policy}
+	c.b.init(key, &c.pol.settings, 0, nil)
+	return c
+}

@@ -19,6 +19,21 @@ import (
 // distinct), at the cost of that replacement on every request.
 type KeyFunc func(*http.Request) string
 
+// keying is how a Transport picks a request's breaker, chosen once at
+// New: by host key (the zero keying), by WithRoutes' patterns, or by the
+// caller's KeyFunc.
+type keying struct {
+	user      KeyFunc        // WithKeyFunc's function, or nil
+	routes    *routeMatcher  // WithRoutes' patterns, or nil
+	routeKeys *routeKeyCache // the keys of routes, by host
+}
+
+// routeKeying is the keying of WithRoutes(patterns...).
+func routeKeying(patterns []string) keying {
+	m := newRouteMatcher(patterns)
+	return keying{routes: m, routeKeys: newRouteKeyCache(m.patterns)}
+}
+
 // canonicalKey is key as the Transport keeps it: valid UTF-8.
 func canonicalKey(key string) string {
 	if utf8.ValidString(key) {

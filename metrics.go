@@ -1,8 +1,6 @@
 package httpbreaker
 
 import (
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -50,7 +48,7 @@ func newCollector(t *Transport) *collector {
 			"Half-open probes by result: success, failure (the dependency is still down), timeout (the probe outlived the probe bound) and ignored (cancelled or throttled).",
 			[]string{"breaker", "result"}, nil),
 	}
-	if ec, ok := t.cfg.store.(errorCounter); ok {
+	if ec, ok := t.store.(errorCounter); ok {
 		c.store = ec
 		c.storeErrors = prometheus.NewDesc("breaker_store_errors_total",
 			"Failed operations of the Store that shares breaker hints; each instance then relies on its local breakers.",
@@ -80,40 +78,14 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// breakerMetrics is what a scrape reads from one breaker.
-type breakerMetrics struct {
-	state       State
-	outcomes    counts
-	rejections  [numReasons]int64
-	transitions [numStates][numStates]int64
-	open        time.Duration
-	probes      [numProbeResults]int64
-}
-
-// metrics reads b's counters at clock time now. It changes nothing: an
-// open breaker whose open period has ended shows as half-open, due to
-// probe, and no user hook ever runs in a scrape.
-func (b *breaker) metrics(now int64) breakerMetrics {
-	var m breakerMetrics
-	b.mu.Lock()
-	m.state = b.displayStateLocked(now)
-	m.transitions = b.transitions
-	m.probes = b.probes
-	m.open = time.Duration(b.openTotalLocked(now))
-	b.mu.Unlock()
-	m.outcomes = b.win.totals()
-	for r := range m.rejections {
-		m.rejections[r] = b.rejections[r].Load()
-	}
-	return m
-}
-
-// Collect implements prometheus.Collector.
+// Collect implements prometheus.Collector. It changes nothing: an open
+// breaker whose open period has ended shows as half-open, due to probe,
+// and no user hook ever runs in a scrape.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	now := c.t.now()
-	c.t.breakers.eachKey(func(b *breaker) bool { // a second series would fail the scrape
-		m := b.metrics(now)
-		c.emit(ch, b.key, &m)
+	c.t.breakers.eachKey(func(k *circuit) bool { // a second series would fail the scrape
+		st, _ := k.b.stats(now, false)
+		c.emit(ch, k.key(), &st)
 		return true
 	})
 	if c.storeErrors != nil {
@@ -121,7 +93,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func (c *collector) emit(ch chan<- prometheus.Metric, key string, m *breakerMetrics) {
+func (c *collector) emit(ch chan<- prometheus.Metric, key string, m *stats) {
 	gauge, counter := prometheus.GaugeValue, prometheus.CounterValue
 	for s := State(0); s < numStates; s++ {
 		v := 0.0
@@ -131,7 +103,7 @@ func (c *collector) emit(ch chan<- prometheus.Metric, key string, m *breakerMetr
 		ch <- prometheus.MustNewConstMetric(c.state, gauge, v, key, s.String())
 	}
 	for o := Outcome(0); o < numOutcomes; o++ {
-		ch <- prometheus.MustNewConstMetric(c.requests, counter, float64(m.outcomes[o]), key, o.String())
+		ch <- prometheus.MustNewConstMetric(c.requests, counter, float64(m.totals[o]), key, o.String())
 	}
 	for r := rejectOpen; r < numReasons; r++ {
 		ch <- prometheus.MustNewConstMetric(c.rejections, counter, float64(m.rejections[r]), key, r.String())

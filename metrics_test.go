@@ -157,11 +157,12 @@ func TestMetricsOpenSeconds(t *testing.T) {
 		require.Equal(t, StateHalfOpen, tr.State(testKey), "due to probe")
 		require.Equal(t, 1.0, open(), "open for its one second, not the hour since")
 
-		b := tr.breakers.get(testKey)
+		b := &tr.breakers.get(testKey).b
 		before := tr.now() // read, then the breaker opens
 		time.Sleep(time.Second)
 		tr.Trip(testKey, time.Minute)
-		require.Equal(t, 1.0, b.metrics(before).open.Seconds(), "nothing added for a period that starts after now")
+		st, _ := b.stats(before, false)
+		require.Equal(t, 1.0, st.open.Seconds(), "nothing added for a period that starts after now")
 		time.Sleep(30 * time.Second)
 		require.Equal(t, 31.0, open())
 		b.reset(before) // a Reset whose clock read came before the trip
@@ -210,7 +211,7 @@ func TestMetricsAndSnapshotMeetAKeyOnce(t *testing.T) {
 	tr := New(newDep(200), WithMetrics(reg))
 	_, _ = get(t, tr, testURL)
 	tr.mu.Lock()
-	tr.breakers.insert(newBreaker(testKey, &tr.cfg, tr.now())) // the same key again, as in that walk
+	tr.breakers.insert(testCircuit(testKey)) // the same key again, as in that walk
 	tr.mu.Unlock()
 	n, err := testutil.GatherAndCount(reg, "breaker_state")
 	require.NoError(t, err)

@@ -6,19 +6,20 @@ import (
 	"time"
 )
 
-// notify reports a transition, if there is one, to the logger and the
-// state-change hook. It runs with no lock held, on the goroutine that
-// caused the transition. It inlines: the request path, which almost never
-// has a transition to report, does not call into report.
+// notify reports a transition, if there is one, and those chained to it,
+// to the fleet, the logger and the state-change hook. It runs with no
+// lock held, on the goroutine that caused the transition. It inlines: the
+// request path, which almost never has a transition to report, does not
+// call into report.
 func (t *Transport) notify(tr *transition) {
-	if tr != nil {
+	for ; tr != nil; tr = tr.next {
 		t.report(tr)
 	}
 }
 
-// report is notify for a transition.
+// report is notify for one transition.
 func (t *Transport) report(tr *transition) {
-	if s := t.cfg.member; s != nil && !tr.fleet {
+	if s := t.member; s != nil && !tr.fleet {
 		switch tr.to {
 		case StateOpen:
 			s.Publish(Hint{Key: tr.key, State: StateOpen, RetryAt: t.epoch.Add(time.Duration(tr.retryAt))})
@@ -26,10 +27,10 @@ func (t *Transport) report(tr *transition) {
 			s.Publish(Hint{Key: tr.key, State: StateClosed})
 		}
 	}
-	if l := t.cfg.logger; l != nil {
+	if l := t.logger; l != nil {
 		logTransition(l, tr)
 	}
-	if f := t.cfg.onStateChange; f != nil {
+	if f := t.onStateChange; f != nil {
 		f(tr.key, tr.from, tr.to)
 	}
 }

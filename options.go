@@ -3,6 +3,7 @@ package httpbreaker
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"time"
 
@@ -21,41 +22,19 @@ type optionFunc func(*config)
 
 func (f optionFunc) apply(c *config) { f(c) }
 
-// config holds every setting of a Transport. It is immutable after New.
+// config is what the options make: the Transport-wide policy every
+// breaker starts from, and the settings that shape the Transport itself.
+// New resolves it once; it never changes after.
 type config struct {
-	// The request path reads these first fields: keep them together, up
-	// to maxConcurrent in the Transport's first two cache lines (see
-	// TestHotFieldLayout).
-	keyFunc KeyFunc
-	// plain is set when a closed-path success needs nothing but counting:
-	// the default classifier, no slow-call threshold and no bulkhead.
-	// RoundTrip then takes its short path (see Transport.plainCall).
-	plain         bool
-	userKey       bool // keyFunc is the caller's, which may panic: see Transport.userKey
-	rejectAsError bool
-	bodyErrors    bool       // see WithBodyErrors
-	classifier    Classifier // nil: DefaultClassifier
-	slowCall      time.Duration
-	maxConcurrent int64
-	fallback      func(*http.Request, error) (*http.Response, error)
+	policy
+	maxOpenSet bool // WithMaxOpenTimeout was given
 
-	routes         *routeMatcher  // the patterns of WithRoutes, whose RouteKey is keyFunc
-	routeKeys      *routeKeyCache // keyFunc's key cache, under WithRoutes
-	window         time.Duration
-	minRequests    int64
-	failureRate    float64
-	openTimeout    time.Duration
-	maxOpenTimeout time.Duration
-	jitter         float64
-	halfOpenProbes int64
-	probesToClose  int64
-	throttleSust   time.Duration
-	maxBreakers    int
-	onStateChange  func(key string, from, to State)
-	logger         *slog.Logger
-	registerer     prometheus.Registerer
-	store          Store
-	member         Member // this Transport's place in store; set by New
+	keys          keying
+	maxBreakers   int
+	onStateChange func(key string, from, to State)
+	logger        *slog.Logger
+	registerer    prometheus.Registerer
+	store         Store
 
 	// errs collects invalid option values; New panics with the first.
 	errs []string
@@ -71,7 +50,7 @@ type config struct {
 //	failure rate            0.5
 //	slow-call threshold     0 (off)
 //	open timeout            5s
-//	maximum open timeout    60s (also the half-open probe bound)
+//	maximum open timeout    60s, or the open timeout if longer (also the half-open probe bound)
 //	jitter                  0.2
 //	half-open probes        1
 //	probes to close         3
@@ -83,45 +62,49 @@ type config struct {
 //	logger                  none
 //	metrics                 none
 func defaultConfig() config {
-	return config{
-		keyFunc:        HostKey,
-		window:         10 * time.Second,
-		minRequests:    20,
-		failureRate:    0.5,
-		openTimeout:    5 * time.Second,
-		maxOpenTimeout: 60 * time.Second,
-		jitter:         0.2,
-		halfOpenProbes: 1,
-		probesToClose:  3,
-		throttleSust:   10 * time.Second,
-		maxBreakers:    1000,
-	}
+	return config{policy: policy{settings: defaultSettings()}, maxBreakers: 1000}
 }
 
 func (c *config) invalid(option, format string, args ...any) {
 	c.errs = append(c.errs, "httpbreaker: "+option+": "+fmt.Sprintf(format, args...))
 }
 
-// validate checks the relations between options once all are applied.
-func (c *config) validate() {
+// newConfig applies opts to the defaults, for caller ("New"), and checks
+// the relations between them once all are applied. It panics with the
+// first invalid value.
+func newConfig(caller string, opts []Option) config {
+	c := defaultConfig()
+	for _, o := range opts {
+		if o == nil {
+			c.invalid(caller, "nil Option")
+			continue
+		}
+		o.apply(&c)
+	}
+	if !c.maxOpenSet {
+		c.maxOpenTimeout = max(defaultMaxOpenTimeout, c.openTimeout)
+	}
 	if c.maxOpenTimeout < c.openTimeout {
 		c.invalid("WithMaxOpenTimeout", "maximum open timeout %v is shorter than the open timeout %v", c.maxOpenTimeout, c.openTimeout)
 	}
 	if len(c.errs) > 0 {
 		panic(c.errs[0])
 	}
-	c.plain = c.classifier == nil && c.slowCall == 0 && c.maxConcurrent == 0 && !c.bodyErrors
+	return c
 }
 
-// intOption is an Option that applies set when n is at least least, and
-// otherwise reports option as invalid.
-func intOption(option string, n, least int, set func(*config)) Option {
+// intOption is an Option that applies set when n is in [least, most],
+// and otherwise reports option as invalid.
+func intOption(option string, n, least, most int, set func(*config)) Option {
 	return optionFunc(func(c *config) {
-		if n < least {
+		switch {
+		case n < least:
 			c.invalid(option, "must be at least %d, got %d", least, n)
-			return
+		case n > most:
+			c.invalid(option, "must be at most %d, got %d", most, n)
+		default:
+			set(c)
 		}
-		set(c)
 	})
 }
 
@@ -140,11 +123,9 @@ func durationOption(option string, d time.Duration, positive bool, set func(*con
 	})
 }
 
-// bucketCount is the number of buckets a rolling window is divided into.
-const bucketCount = 10
-
-// minWindow is the shortest window WithWindow accepts: buckets of 1ms.
-const minWindow = bucketCount * time.Millisecond
+// maxHalfOpenProbes bounds WithHalfOpenProbes: more probes at once than
+// this are no longer probes but traffic.
+const maxHalfOpenProbes = 10000
 
 // WithKeyFunc sets how a request picks its breaker. The default is HostKey.
 // The function must be fast, must not modify the request, and must return
@@ -156,7 +137,7 @@ func WithKeyFunc(f KeyFunc) Option {
 			c.invalid("WithKeyFunc", "nil KeyFunc")
 			return
 		}
-		c.keyFunc, c.routes, c.routeKeys, c.userKey = f, nil, nil, true
+		c.keys = keying{user: f}
 	})
 }
 
@@ -167,10 +148,8 @@ func WithKeyFunc(f KeyFunc) Option {
 // or conflicting patterns panic, as RouteKey does. A later WithKeyFunc
 // replaces it.
 func WithRoutes(patterns ...string) Option {
-	m := newRouteMatcher(patterns)
-	keys := newRouteKeyCache(m.patterns)
-	f := routeKeyFunc(m, keys)
-	return optionFunc(func(c *config) { c.keyFunc, c.routes, c.routeKeys, c.userKey = f, m, keys, false })
+	k := routeKeying(patterns)
+	return optionFunc(func(c *config) { c.keys = k })
 }
 
 // WithClassifier sets what counts as success, failure, throttling or
@@ -211,7 +190,7 @@ func WithWindow(d time.Duration) Option {
 // failures and 429s) in the window before the breaker may trip [20].
 // n must be at least 1.
 func WithMinRequests(n int) Option {
-	return intOption("WithMinRequests", n, 1, func(c *config) { c.minRequests = int64(n) })
+	return intOption("WithMinRequests", n, 1, math.MaxInt, func(c *config) { c.minRequests = int64(n) })
 }
 
 // WithFailureRate sets the failure rate at which the breaker trips: it
@@ -277,12 +256,13 @@ func WithOpenTimeout(d time.Duration) Option {
 }
 
 // WithMaxOpenTimeout caps the open duration after backoff and after an
-// upstream Retry-After [60s]; jitter is added after the cap. It is also the
-// probe bound: a half-open probe that has not finished after d frees its
-// slot and counts as failed. d must be positive and not shorter than the
-// open timeout.
+// upstream Retry-After [60s, or the open timeout when that is longer and
+// no maximum is set]; jitter is added after the cap. It is also the probe
+// bound: a half-open probe that has not finished after d frees its slot
+// and counts as failed, from the moment the bound passed. d must be
+// positive and not shorter than the open timeout.
 func WithMaxOpenTimeout(d time.Duration) Option {
-	return durationOption("WithMaxOpenTimeout", d, true, func(c *config) { c.maxOpenTimeout = d })
+	return durationOption("WithMaxOpenTimeout", d, true, func(c *config) { c.maxOpenTimeout, c.maxOpenSet = d, true })
 }
 
 // WithJitter spreads open durations: each is drawn uniformly from
@@ -300,15 +280,16 @@ func WithJitter(f float64) Option {
 
 // WithHalfOpenProbes sets how many probes may be in flight at once while a
 // breaker is half-open [1]; every other request is rejected at once. n must
-// be at least 1.
+// be in [1, 10000]. A breaker keeps a slot for each probe in flight only,
+// so a large n costs no memory until that many probes are sent.
 func WithHalfOpenProbes(n int) Option {
-	return intOption("WithHalfOpenProbes", n, 1, func(c *config) { c.halfOpenProbes = int64(n) })
+	return intOption("WithHalfOpenProbes", n, 1, maxHalfOpenProbes, func(c *config) { c.halfOpenProbes = int64(n) })
 }
 
 // WithProbesToClose sets how many consecutive successful probes close a
 // half-open breaker [3]. n must be at least 1.
 func WithProbesToClose(n int) Option {
-	return intOption("WithProbesToClose", n, 1, func(c *config) { c.probesToClose = int64(n) })
+	return intOption("WithProbesToClose", n, 1, math.MaxInt, func(c *config) { c.probesToClose = int64(n) })
 }
 
 // WithThrottleSustain sets how long 429 responses must persist before they
@@ -317,7 +298,7 @@ func WithProbesToClose(n int) Option {
 // MinRequests outcomes for d without interruption. Zero makes such 429s
 // count at once; a negative d panics.
 func WithThrottleSustain(d time.Duration) Option {
-	return durationOption("WithThrottleSustain", d, false, func(c *config) { c.throttleSust = d })
+	return durationOption("WithThrottleSustain", d, false, func(c *config) { c.throttleSustain = d })
 }
 
 // WithMaxConcurrent sets a bulkhead: at most n calls in flight per key;
@@ -325,7 +306,7 @@ func WithThrottleSustain(d time.Duration) Option {
 // ErrBulkheadFull (and ErrOpen) [0: unlimited]. Zero means unlimited; a
 // negative n panics.
 func WithMaxConcurrent(n int) Option {
-	return intOption("WithMaxConcurrent", n, 0, func(c *config) { c.maxConcurrent = int64(n) })
+	return intOption("WithMaxConcurrent", n, 0, math.MaxInt, func(c *config) { c.maxConcurrent = int64(n) })
 }
 
 // WithMaxBreakers caps the number of live breakers in a Transport [1000].
@@ -336,7 +317,7 @@ func WithMaxConcurrent(n int) Option {
 // flood of new keys costs no lock: the Transport looks for idle breakers
 // again once per window bucket. n must be at least 1.
 func WithMaxBreakers(n int) Option {
-	return intOption("WithMaxBreakers", n, 1, func(c *config) { c.maxBreakers = n })
+	return intOption("WithMaxBreakers", n, 1, math.MaxInt, func(c *config) { c.maxBreakers = n })
 }
 
 // WithFallback sets a function called instead of the synthetic 503 when a

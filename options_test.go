@@ -30,6 +30,7 @@ func TestInvalidOptionsPanicInNew(t *testing.T) {
 		{WithJitter(-0.1), "WithJitter"},
 		{WithJitter(2), "WithJitter"},
 		{WithHalfOpenProbes(0), "WithHalfOpenProbes"},
+		{WithHalfOpenProbes(math.MaxInt), "WithHalfOpenProbes"},
 		{WithProbesToClose(0), "WithProbesToClose"},
 		{WithThrottleSustain(-time.Second), "WithThrottleSustain"},
 		{WithMaxConcurrent(-1), "WithMaxConcurrent"},
@@ -69,10 +70,11 @@ func TestDefaultConfig(t *testing.T) {
 	require.Zero(t, c.slowCall)
 	require.Equal(t, 5*time.Second, c.openTimeout)
 	require.Equal(t, 60*time.Second, c.maxOpenTimeout)
+	require.Equal(t, 60*time.Second, newConfig("New", nil).maxOpenTimeout)
 	require.Equal(t, 0.2, c.jitter)
 	require.EqualValues(t, 1, c.halfOpenProbes)
 	require.EqualValues(t, 3, c.probesToClose)
-	require.Equal(t, 10*time.Second, c.throttleSust)
+	require.Equal(t, 10*time.Second, c.throttleSustain)
 	require.Zero(t, c.maxConcurrent)
 	require.Equal(t, 1000, c.maxBreakers)
 	require.Nil(t, c.registerer)
@@ -83,5 +85,18 @@ func TestWithMetricsRegistrationConflictPanics(t *testing.T) {
 	New(nil, WithMetrics(reg))
 	require.PanicsWithValue(t, "httpbreaker: WithMetrics: duplicate metrics collector registration attempted", func() {
 		New(nil, WithMetrics(reg))
+	})
+}
+
+// TestUnsetMaxOpenTimeoutFollowsTheOpenTimeout: a user who sets a long
+// open timeout and no maximum gets a maximum as long as the open timeout,
+// not a panic; an explicit maximum below it still panics.
+func TestUnsetMaxOpenTimeoutFollowsTheOpenTimeout(t *testing.T) {
+	var tr *Transport
+	require.NotPanics(t, func() { tr = New(nil, WithOpenTimeout(10*time.Minute)) })
+	require.Equal(t, 10*time.Minute, tr.base.maxOpenTimeout)
+	require.Equal(t, 60*time.Second, New(nil, WithOpenTimeout(time.Second)).base.maxOpenTimeout)
+	require.PanicsWithValue(t, "httpbreaker: WithMaxOpenTimeout: maximum open timeout 1m0s is shorter than the open timeout 10m0s", func() {
+		New(nil, WithOpenTimeout(10*time.Minute), WithMaxOpenTimeout(time.Minute))
 	})
 }

@@ -103,13 +103,12 @@ func IsRejected(resp *http.Response) bool {
 	return resp.Request.Context().Value(rejectedKey{}) == resp
 }
 
-// reject answers a refused request, whose body the caller has closed:
-// the fallback, the error or the synthetic 503. now is the clock read at
-// admission, or 0.
-func (t *Transport) reject(req *http.Request, b *breaker, reason rejectReason, now int64) (*http.Response, error) {
-	b.rejections[reason].Add(1)
-	err := t.rejectedError(b, reason, now)
-	if f := t.cfg.fallback; f != nil {
+// reject answers a request that circuit c refused for reason at clock
+// time now, under policy p, whose body the caller has closed: the
+// fallback, the error or the synthetic 503.
+func (t *Transport) reject(req *http.Request, c *circuit, p *policy, reason rejectReason, now int64) (*http.Response, error) {
+	err := t.rejectedError(c, reason, now)
+	if f := p.fallback; f != nil {
 		resp, ferr := f(req, err)
 		if resp != nil && ferr != nil {
 			if resp.Body != nil {
@@ -121,7 +120,7 @@ func (t *Transport) reject(req *http.Request, b *breaker, reason rejectReason, n
 			return resp, ferr
 		}
 	}
-	if t.cfg.rejectAsError {
+	if p.rejectAsError {
 		return nil, err
 	}
 	retry := time.Second
@@ -158,29 +157,24 @@ func rejection(req *http.Request, retry time.Duration) *http.Response {
 	return resp
 }
 
-// rejectedError returns the error of a refused request. An open
-// breaker's rejections share one error per open period, so refusing costs
-// no allocation; the others are made afresh, valid for a second.
-func (t *Transport) rejectedError(b *breaker, reason rejectReason, now int64) *RejectedError {
+// rejectedError returns the error of a request c refused for reason at
+// clock time now. An open breaker's rejections share one error per open
+// period, so refusing costs no allocation; the others are made afresh,
+// valid for a second.
+func (t *Transport) rejectedError(c *circuit, reason rejectReason, now int64) *RejectedError {
 	switch reason {
 	case rejectOpen:
-		ra := b.retryAt.Load()
-		if e := b.openErr.Load(); e != nil && e.at == ra {
+		ra := c.b.retryAt.Load()
+		if e := c.openErr.Load(); e != nil && e.at == ra {
 			return e
 		}
-		e := &RejectedError{Key: b.key, State: StateOpen, RetryAt: t.epoch.Add(time.Duration(ra)), at: ra}
-		b.openErr.Store(e)
+		e := &RejectedError{Key: c.key(), State: StateOpen, RetryAt: t.epoch.Add(time.Duration(ra)), at: ra}
+		c.openErr.Store(e)
 		return e
 	case rejectBulkhead:
-		if now == 0 {
-			now = t.now()
-		}
-		return &RejectedError{Key: b.key, State: stateOf(b.word.Load()), RetryAt: t.epoch.Add(time.Duration(now) + time.Second), bulkhead: true}
+		return &RejectedError{Key: c.key(), State: stateOf(c.b.word.Load()), RetryAt: t.epoch.Add(time.Duration(now) + time.Second), bulkhead: true}
 	}
-	if now == 0 {
-		now = t.now()
-	}
-	return &RejectedError{Key: b.key, State: StateHalfOpen, RetryAt: t.epoch.Add(time.Duration(now) + time.Second)}
+	return &RejectedError{Key: c.key(), State: StateHalfOpen, RetryAt: t.epoch.Add(time.Duration(now) + time.Second)}
 }
 
 // rejectReader is the body of a synthetic 503.

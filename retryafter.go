@@ -109,3 +109,26 @@ func parseDelaySeconds(v string) (time.Duration, bool) {
 	}
 	return time.Duration(n) * time.Second, true
 }
+
+// retryAfter is the delay the Retry-After header of resp asks for, when
+// the outcome o of the call may open the breaker (a failure or a 429),
+// or 0.
+func retryAfter(resp *http.Response, o Outcome) time.Duration {
+	if resp == nil || o != OutcomeFailure && o != OutcomeThrottled {
+		return 0
+	}
+	return headerRetryAfter(resp.Header)
+}
+
+// headerRetryAfter is the delay a Retry-After header in h asks for, or 0.
+func headerRetryAfter(h http.Header) time.Duration {
+	v := h.Get("Retry-After")
+	if v == "" {
+		return 0
+	}
+	d, ok := ParseRetryAfter(v, time.Now())
+	if !ok {
+		return 0
+	}
+	return d
+}

@@ -42,42 +42,39 @@ import (
 // HostKey(r) returns r.URL.Host unchanged, for the first 1024 hosts seen.
 // The returned KeyFunc is safe for concurrent use.
 func RouteKey(patterns ...string) KeyFunc {
-	m := newRouteMatcher(patterns)
-	return routeKeyFunc(m, newRouteKeyCache(m.patterns))
+	return routeKeying(patterns).routeKey
 }
 
-// routeKeyFunc is RouteKey for parsed patterns and a key cache.
-func routeKeyFunc(m *routeMatcher, c *routeKeyCache) KeyFunc {
-	return func(r *http.Request) string {
-		host := HostKey(r)
-		i := m.matchIndex(r)
-		if i < 0 {
-			return host
-		}
-		return c.key(host, i)
+// routeKey is the key RouteKey gives r under k's patterns.
+func (k keying) routeKey(r *http.Request) string {
+	host := HostKey(r)
+	i := k.routes.matchIndex(r)
+	if i < 0 {
+		return host
 	}
+	return k.routeKeys.key(host, i)
 }
 
-// routeBreaker is keyBreaker under WithRoutes. The breakers of each
+// routeCircuit is keyCircuit under WithRoutes. The circuits of each
 // pattern are kept with their hosts (see routeBreakers), so that the
 // request path neither builds nor hashes the route key, which is longer
-// than the host. The key and the breaker are those of keyBreaker with
+// than the host. The key and the circuit are those of keyCircuit with
 // RouteKey.
-func (t *Transport) routeBreaker(req *http.Request) *breaker {
+func (t *Transport) routeCircuit(req *http.Request) *circuit {
 	host := HostKey(req)
-	i := t.cfg.routes.matchIndex(req)
+	i := t.keys.routes.matchIndex(req)
 	if i < 0 {
-		return t.keyBreaker(req, host)
+		return t.keyCircuit(req, host)
 	}
-	if b := t.routes.get(i, host); b != nil {
-		return b
+	if c := t.routes.get(i, host); c != nil {
+		return c
 	}
-	key := t.cfg.routeKeys.key(host, i)
-	b := t.keyBreaker(req, key)
-	if b != nil && b.key == key {
-		t.routes.put(i, host, b)
+	key := t.keys.routeKeys.key(host, i)
+	c := t.keyCircuit(req, key)
+	if c != nil && c.key() == key {
+		t.routes.put(i, host, c)
 	}
-	return b
+	return c
 }
 
 // routeHostsMax bounds the hosts whose breakers routeBreakers keeps for
@@ -93,10 +90,10 @@ type routeBreakers struct {
 	mu   sync.Mutex // serializes writers
 }
 
-// hostBreaker is the breaker of one host and pattern.
+// hostBreaker is the circuit of one host and pattern.
 type hostBreaker struct {
 	host string
-	b    *breaker
+	b    *circuit
 }
 
 func newRouteBreakers(patterns int) *routeBreakers {
@@ -104,7 +101,7 @@ func newRouteBreakers(patterns int) *routeBreakers {
 }
 
 // get returns the live breaker of pattern i and host, if kept.
-func (r *routeBreakers) get(i int, host string) *breaker {
+func (r *routeBreakers) get(i int, host string) *circuit {
 	if l := r.pats[i].Load(); l != nil {
 		for _, e := range *l {
 			if e.host == host {
@@ -121,7 +118,7 @@ func (r *routeBreakers) get(i int, host string) *breaker {
 // put keeps b as the breaker of pattern i and host, in place of an
 // evicted one, if there is room. A pattern with no room costs the hosts
 // past the bound no lock: put returns before taking it.
-func (r *routeBreakers) put(i int, host string, b *breaker) {
+func (r *routeBreakers) put(i int, host string, b *circuit) {
 	if !r.room(i) {
 		return
 	}

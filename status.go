@@ -35,38 +35,14 @@ func (s Status) FailureRate() float64 {
 	return float64(s.Failures) / float64(s.Requests)
 }
 
-// status returns b's Status at clock time now, applying any transition
-// time alone has caused.
-func (b *breaker) status(now int64, epoch time.Time) (Status, *transition) {
-	b.mu.Lock()
-	tr := b.advanceLocked(now, false)
-	state := b.displayStateLocked(now)
-	since := b.since
-	retryAt := b.retryAt.Load()
-	b.mu.Unlock()
-	c := b.win.sums(now)
-	s := Status{
-		Key:       b.key,
-		State:     state,
-		Since:     epoch.Add(time.Duration(since)),
-		Requests:  c.requests(),
-		Failures:  c[OutcomeFailure],
-		Throttled: c[OutcomeThrottled],
-	}
-	if s.State == StateOpen {
-		s.RetryAt = epoch.Add(time.Duration(retryAt))
-	}
-	return s, tr
-}
-
 // Snapshot returns the status of every live breaker, sorted by key.
 func (t *Transport) Snapshot() []Status {
 	now := t.now()
 	var out []Status
 	var trs []*transition
-	t.breakers.eachKey(func(b *breaker) bool {
-		s, tr := b.status(now, t.epoch)
-		out = append(out, s)
+	t.breakers.eachKey(func(c *circuit) bool {
+		st, tr := c.b.stats(now, true)
+		out = append(out, t.status(c, &st))
 		if tr != nil {
 			trs = append(trs, tr)
 		}
@@ -77,6 +53,22 @@ func (t *Transport) Snapshot() []Status {
 	}
 	slices.SortFunc(out, func(a, b Status) int { return strings.Compare(a.Key, b.Key) })
 	return out
+}
+
+// status is the Status of circuit c whose breaker's stats are st.
+func (t *Transport) status(c *circuit, st *stats) Status {
+	s := Status{
+		Key:       c.key(),
+		State:     st.state,
+		Since:     t.epoch.Add(time.Duration(st.since)),
+		Requests:  st.window.requests(),
+		Failures:  st.window[OutcomeFailure],
+		Throttled: st.window[OutcomeThrottled],
+	}
+	if st.state == StateOpen {
+		s.RetryAt = t.epoch.Add(time.Duration(st.retryAt))
+	}
+	return s
 }
 
 // statusJSON is one breaker in StatusHandler's output.

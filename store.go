@@ -94,9 +94,32 @@ func WithStore(s Store) Option {
 	})
 }
 
-// leaseRecheck is how long a breaker denied the probe lease stays open
-// before it asks again: the fleet's prober is expected to settle the
-// matter (and publish it) sooner.
-func (c *config) leaseRecheck() time.Duration {
-	return min(c.openTimeout, time.Second)
+// learn has a new circuit take what the fleet already knows of its key.
+func (t *Transport) learn(c *circuit) {
+	if t.store == nil {
+		return
+	}
+	if h, ok := t.store.Lookup(c.key()); ok && h.Key == c.key() {
+		t.take(c, h)
+	}
+}
+
+// applyHint takes a hint from the Store for a live circuit. Hints for
+// keys without one are learnt through Store.Lookup when it is made.
+func (t *Transport) applyHint(h Hint) {
+	if c := t.breakers.get(canonicalKey(h.Key)); c != nil {
+		t.take(c, h)
+	}
+}
+
+// take applies hint h to c's breaker: an open hint opens a closed
+// breaker until the hint's RetryAt, but never for longer than its
+// maximum open timeout; a closed hint closes an open or half-open one.
+func (t *Transport) take(c *circuit, h Hint) {
+	switch h.State {
+	case StateOpen:
+		t.notify(c.b.hintOpen(t.now(), time.Until(h.RetryAt)))
+	case StateClosed:
+		t.notify(c.b.hintClose(t.now()))
+	}
 }

@@ -197,7 +197,7 @@ func TestStoreErrorsMetric(t *testing.T) {
 }
 
 func TestStoreAbsentChangesNothing(t *testing.T) {
-	require.Nil(t, New(nil).cfg.store)
+	require.Nil(t, New(nil).store)
 	require.Panics(t, func() { New(nil, WithStore(nil)) })
 }
 

@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 )
 
-// breakerTable is a Transport's set of live breakers, by key: an
+// breakerTable is a Transport's set of live circuits, by key: an
 // open-addressing hash table with linear probing. Reads are lock-free —
 // a hash of the key and one atomic load per slot probed, with no write to
 // shared memory — so that the request path neither allocates nor
@@ -25,7 +25,7 @@ type breakerTable struct {
 
 // tableSlots is one slot array; its length is a power of two.
 type tableSlots struct {
-	slots []atomic.Pointer[breaker]
+	slots []atomic.Pointer[circuit]
 }
 
 // home is the slot where a probe for hash h starts. The length, a power
@@ -36,7 +36,7 @@ func (s *tableSlots) home(h uint64) uint64 { return h & uint64(len(s.slots)-1) }
 func (s *tableSlots) next(i uint64) uint64 { return (i + 1) & uint64(len(s.slots)-1) }
 
 // tombstone marks a removed breaker's slot, so that probes go on past it.
-var tombstone = new(breaker)
+var tombstone = new(circuit)
 
 // minTableSlots is the size of a new table.
 const minTableSlots = 16
@@ -54,7 +54,7 @@ func (t *breakerTable) init() {
 }
 
 func newTableSlots(n int) *tableSlots {
-	return &tableSlots{slots: make([]atomic.Pointer[breaker], n)}
+	return &tableSlots{slots: make([]atomic.Pointer[circuit], n)}
 }
 
 // hash is the hash of key in this table: wyhash, as the Go runtime's
@@ -92,7 +92,7 @@ func hashMix(a, b uint64) uint64 {
 
 // get returns the live breaker for key, or nil. A breaker removed
 // concurrently may still be returned, as by any concurrent map.
-func (t *breakerTable) get(key string) *breaker {
+func (t *breakerTable) get(key string) *circuit {
 	s := t.slots.Load()
 	if s == nil {
 		return nil // the zero table, of a Transport not made by New
@@ -103,7 +103,7 @@ func (t *breakerTable) get(key string) *breaker {
 		if b == nil {
 			return nil
 		}
-		if b.hash == h && b != tombstone && b.key == key {
+		if b.hash == h && b != tombstone && b.b.key == key {
 			return b
 		}
 	}
@@ -111,8 +111,8 @@ func (t *breakerTable) get(key string) *breaker {
 
 // insert adds b, whose key is not in the table, and sets b.hash. The
 // caller holds the writers' lock.
-func (t *breakerTable) insert(b *breaker) {
-	b.hash = t.hash(b.key)
+func (t *breakerTable) insert(b *circuit) {
+	b.hash = t.hash(b.b.key)
 	s := t.slots.Load()
 	// Keep at least a quarter of the slots empty, so that probes are
 	// short and always end; tombstones count as used until a rehash.
@@ -142,7 +142,7 @@ func (t *breakerTable) insert(b *breaker) {
 func (t *breakerTable) rehash(n int) *tableSlots {
 	s := newTableSlots(n)
 	t.used = 0
-	t.each(func(b *breaker) bool {
+	t.each(func(b *circuit) bool {
 		for i := s.home(b.hash); ; i = s.next(i) {
 			if s.slots[i].Load() == nil {
 				s.slots[i].Store(b)
@@ -158,7 +158,7 @@ func (t *breakerTable) rehash(n int) *tableSlots {
 
 // remove takes b out of the table, if it is there. The caller holds the
 // writers' lock.
-func (t *breakerTable) remove(b *breaker) {
+func (t *breakerTable) remove(b *circuit) {
 	s := t.slots.Load()
 	for i := s.home(b.hash); ; i = s.next(i) {
 		switch s.slots[i].Load() {
@@ -176,13 +176,13 @@ func (t *breakerTable) remove(b *breaker) {
 // a key removed and inserted again during the walk can sit in two slots
 // the walk meets, its old breaker and its new one, and eachKey calls f
 // for the first of them only, so that each key is seen once.
-func (t *breakerTable) eachKey(f func(*breaker) bool) {
+func (t *breakerTable) eachKey(f func(*circuit) bool) {
 	seen := make(map[string]struct{})
-	t.each(func(b *breaker) bool {
-		if _, dup := seen[b.key]; dup {
+	t.each(func(b *circuit) bool {
+		if _, dup := seen[b.b.key]; dup {
 			return true
 		}
-		seen[b.key] = struct{}{}
+		seen[b.b.key] = struct{}{}
 		return f(b)
 	})
 }
@@ -191,7 +191,7 @@ func (t *breakerTable) eachKey(f func(*breaker) bool) {
 // the table as it was when it started, give or take concurrent writes,
 // like sync.Map.Range; a walk beside writers may meet a key twice (see
 // eachKey).
-func (t *breakerTable) each(f func(*breaker) bool) {
+func (t *breakerTable) each(f func(*circuit) bool) {
 	s := t.slots.Load()
 	if s == nil {
 		return

@@ -13,9 +13,8 @@ import (
 // TestBreakerTableModel checks the table against a map through random
 // inserts and removes, across growth and tombstone rehashes.
 func TestBreakerTableModel(t *testing.T) {
-	cfg := defaultConfig()
 	tab := newBreakerTable()
-	model := map[string]*breaker{}
+	model := map[string]*circuit{}
 	r := rand.New(rand.NewPCG(3, 4))
 	for step := range 20000 {
 		key := "k" + strconv.Itoa(r.IntN(300))
@@ -23,7 +22,7 @@ func TestBreakerTableModel(t *testing.T) {
 			tab.remove(b)
 			delete(model, key)
 		} else if !ok {
-			b := newBreaker(key, &cfg, 0)
+			b := testCircuit(key)
 			tab.insert(b)
 			model[key] = b
 		}
@@ -33,10 +32,10 @@ func TestBreakerTableModel(t *testing.T) {
 				require.Same(t, model[k], tab.get(k), "step %d key %s", step, k)
 			}
 			seen := map[string]bool{}
-			tab.each(func(b *breaker) bool {
-				require.False(t, seen[b.key], "each visits %s twice", b.key)
-				seen[b.key] = true
-				require.Same(t, model[b.key], b)
+			tab.each(func(b *circuit) bool {
+				require.False(t, seen[b.key()], "each visits %s twice", b.key())
+				seen[b.key()] = true
+				require.Same(t, model[b.key()], b)
 				return true
 			})
 			require.Len(t, seen, len(model))
@@ -50,10 +49,9 @@ func TestBreakerTableModel(t *testing.T) {
 // TestBreakerTableEmptyKey checks that the empty key is not confused
 // with a tombstone.
 func TestBreakerTableEmptyKey(t *testing.T) {
-	cfg := defaultConfig()
 	tab := newBreakerTable()
 	require.Nil(t, tab.get(""))
-	a, b := newBreaker("a", &cfg, 0), newBreaker("", &cfg, 0)
+	a, b := testCircuit("a"), testCircuit("")
 	tab.insert(a)
 	tab.remove(a)
 	require.Nil(t, tab.get(""))
@@ -66,11 +64,10 @@ func TestBreakerTableEmptyKey(t *testing.T) {
 // the table: a reader always finds the keys that are never removed
 // (run with -race).
 func TestBreakerTableConcurrentReads(t *testing.T) {
-	cfg := defaultConfig()
 	tab := newBreakerTable()
-	stable := make([]*breaker, 50)
+	stable := make([]*circuit, 50)
 	for i := range stable {
-		stable[i] = newBreaker("stable"+strconv.Itoa(i), &cfg, 0)
+		stable[i] = testCircuit("stable" + strconv.Itoa(i))
 		tab.insert(stable[i])
 	}
 	done := make(chan struct{})
@@ -86,17 +83,17 @@ func TestBreakerTableConcurrentReads(t *testing.T) {
 				default:
 				}
 				for _, b := range stable {
-					if got := tab.get(b.key); got != b {
-						t.Errorf("get(%q) = %p, want %p", b.key, got, b)
+					if got := tab.get(b.key()); got != b {
+						t.Errorf("get(%q) = %p, want %p", b.key(), got, b)
 						return
 					}
 				}
 			}
 		}()
 	}
-	var churn []*breaker
+	var churn []*circuit
 	for i := range 5000 {
-		b := newBreaker("churn"+strconv.Itoa(i), &cfg, 0)
+		b := testCircuit("churn" + strconv.Itoa(i))
 		tab.insert(b)
 		churn = append(churn, b)
 		if len(churn) > 200 {

@@ -2,8 +2,8 @@ package httpbreaker
 
 import (
 	"errors"
+	"log/slog"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,14 +30,18 @@ const minBudget = 50 * time.Millisecond
 // configuration cannot change after New. The zero Transport is not
 // usable: its RoundTrip returns an error, and it has no breakers.
 type Transport struct {
-	// The request path reads the fields up to cfg's first ones: they are
-	// ordered to take few cache lines, which a request after a network
-	// round trip finds cold.
 	next     http.RoundTripper
+	keys     keying         // how a request picks its breaker
+	base     *policy        // what every breaker runs under; nil: not made by New
 	breakers breakerTable   // written with mu held
 	routes   *routeBreakers // breakers by pattern and host, under WithRoutes
 	epoch    time.Time      // clock zero: breakers keep time as nanoseconds since epoch
-	cfg      config
+
+	maxBreakers   int
+	onStateChange func(key string, from, to State)
+	logger        *slog.Logger
+	store         Store
+	member        Member // this Transport's place in store
 
 	mu sync.Mutex // guards creation and eviction of breakers
 	// nextEvict is the clock time before which no breaker can be evicted:
@@ -59,29 +63,30 @@ var errNotNew = errors.New("httpbreaker: Transport used without New: make one wi
 // pass its own *http.Transport with a larger MaxIdleConnsPerHost. New
 // panics if an option is invalid, naming the option.
 func New(next http.RoundTripper, opts ...Option) *Transport {
-	cfg := defaultConfig()
-	for _, o := range opts {
-		if o == nil {
-			cfg.invalid("New", "nil Option")
-			continue
-		}
-		o.apply(&cfg)
-	}
-	cfg.validate()
+	cfg := newConfig("New", opts)
 	if next == nil {
 		next = cleanhttp.DefaultPooledTransport()
 	}
-	t := &Transport{next: next, cfg: cfg, epoch: time.Now()}
+	t := &Transport{
+		next:          next,
+		keys:          cfg.keys,
+		base:          &cfg.policy,
+		epoch:         time.Now(),
+		maxBreakers:   cfg.maxBreakers,
+		onStateChange: cfg.onStateChange,
+		logger:        cfg.logger,
+		store:         cfg.store,
+	}
 	t.breakers.init()
-	if cfg.routes != nil {
-		t.routes = newRouteBreakers(len(cfg.routes.patterns))
+	if m := cfg.keys.routes; m != nil {
+		t.routes = newRouteBreakers(len(m.patterns))
 	}
 	if cfg.registerer != nil {
 		t.registerMetrics(cfg.registerer)
 	}
-	if s := t.cfg.store; s != nil {
-		t.cfg.member = s.Join(t.applyHint)
-		if t.cfg.member == nil {
+	if s := t.store; s != nil {
+		t.member = s.Join(t.applyHint)
+		if t.member == nil {
 			panic("httpbreaker: WithStore: Store.Join returned a nil Member")
 		}
 	}
@@ -120,160 +125,102 @@ func (t *Transport) now() int64 { return int64(time.Since(t.epoch)) }
 // Deadlines: a call that ends because the request context's deadline
 // passed counts as a failure, unless that deadline left less than 50ms
 // when the call was admitted: a caller that gives a dependency less than
-// that has spent its own budget, and the call is ignored. A request with
-// a deadline reads the clock at admission for this; if it succeeds, it
-// counts in the window at that time rather than when it ended, so that
-// the request path still reads the clock only once.
-func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+// that has spent its own budget, and the call is ignored.
+//
+// Time: the request path reads the clock once, at admission. A success
+// counts in the window at that time; any other outcome, and every call
+// under a slow-call threshold, reads the clock again and counts when the
+// call ended.
+func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error) {
 	if req == nil {
 		return nil, errors.New("httpbreaker: nil Request")
 	}
-	if t.cfg.keyFunc == nil {
+	if t.base == nil {
 		closeBody(req)
 		return nil, errNotNew
 	}
-	if !routable(req) {
+	g := guard{t: t, req: req, unsent: true}
+	defer g.unwind()
+
+	c := t.circuit(req) // the key's breaker; a KeyFunc that panics leaves the body to the guard
+	if c == nil {
+		// Unroutable, or no room for a breaker: next answers alone.
+		g.unsent = false
 		return checked(t.next.RoundTrip(req))
 	}
-	var b *breaker
-	switch {
-	case t.routes != nil:
-		b = t.routeBreaker(req)
-	case t.cfg.userKey:
-		b = t.keyBreaker(req, t.userKey(req))
-	default:
-		b = t.keyBreaker(req, HostKey(req))
+	p, b, now := c.pol, &c.b, t.now()
+	tk, reason, tr := b.admit(now, &p.settings)
+	if reason != admitted {
+		closeBody(req) // first: a hook or fallback that panics must not leak it
+		g.unsent = false
+		t.notify(tr)
+		return t.reject(req, c, p, reason, now)
 	}
-	if b == nil {
-		return checked(t.next.RoundTrip(req))
-	}
-	w := b.word.Load()
-	if stateOf(w) == StateClosed && t.cfg.plain {
-		return t.plainCall(req, b, ticket{gen: genOf(w)})
-	}
-	var tk ticket
-	var tr *transition
-	if stateOf(w) == StateClosed && t.cfg.maxConcurrent == 0 {
-		tk.gen = genOf(w) // admit's closed path, written out: it does not inline
-	} else {
-		var reason rejectReason
-		tk, reason, tr = b.admit(t.now)
-		if reason != admitted {
-			closeBody(req) // first: a hook that panics must not leak it
-			t.notify(tr)
-			return t.reject(req, b, reason, tk.start)
-		}
-	}
-	if t.cfg.slowCall > 0 && !tk.is(tkProbe) {
-		tk.start, tk.flags = t.now(), tk.flags|tkTimed // a probe's start, read at admission, identifies its slot
-	}
+	g.b, g.tk = b, tk
+	t.notify(tr)
+	short := false
 	if d, ok := req.Context().Deadline(); ok {
-		t.budget(&tk, d)
+		short = d.Sub(t.epoch)-time.Duration(now) < minBudget
 	}
-	return t.call(req, b, tk, tr)
+
+	g.unsent = false
+	resp, err = checked(t.next.RoundTrip(req))
+	g.resp = resp
+
+	o := p.classify(req, resp, err)
+	end := now
+	if o != OutcomeSuccess || p.slowCall > 0 {
+		end = t.now()
+	}
+	o = p.judge(req, o, err, now, end, short, t.epoch)
+
+	b.release(tk)
+	g.b = nil
+	if o == OutcomeSuccess && p.bodyErrors && watchable(resp) {
+		resp.Body = t.watchBody(req, c, p, tk, short, resp.Body) // the body's end counts the call
+		tr = nil
+	} else {
+		tr = t.settle(c, tk, o, end, retryAfter(resp, o))
+	}
+	t.notify(tr)
+	g.resp = nil
+	return resp, err
 }
 
-// userKey is the key the caller's KeyFunc gives req. If the KeyFunc
-// panics, the request body is closed before the panic goes on.
-func (t *Transport) userKey(req *http.Request) string {
-	done := false
-	defer func() {
-		if !done {
-			closeBody(req)
-		}
-	}()
-	key := t.cfg.keyFunc(req)
-	done = true
-	return key
+// guard is what a call holds that a panic must not leak: RoundTrip's one
+// deferred cleanup. Each step of the request path hands over what it
+// held by clearing its field.
+type guard struct {
+	t      *Transport
+	req    *http.Request
+	unsent bool           // the request body is still RoundTrip's to close
+	b      *breaker       // an admitted call not yet counted, with tk
+	tk     ticket         //
+	resp   *http.Response // a response its caller has not received
+}
+
+// unwind runs when RoundTrip ends. After a panic it closes the request
+// body if next never had it, frees the call's bulkhead place and probe
+// slot (the call counts for nothing), and closes the response nobody will
+// see; the panic goes on to the caller. After a return there is nothing
+// left to do.
+func (g *guard) unwind() {
+	if g.unsent {
+		closeBody(g.req)
+	}
+	if g.b != nil {
+		g.b.release(g.tk)
+		g.b.count(g.tk, OutcomeIgnored, g.t.now(), 0)
+	}
+	if g.resp != nil && g.resp.Body != nil {
+		g.resp.Body.Close()
+	}
 }
 
 // closeBody closes the request's body, if it has one.
 func closeBody(req *http.Request) {
 	if req.Body != nil {
 		req.Body.Close()
-	}
-}
-
-// budget applies the deadline rule (see RoundTrip) to an admission whose
-// request's context has deadline d.
-func (t *Transport) budget(tk *ticket, d time.Time) {
-	if tk.flags&(tkProbe|tkTimed) == 0 {
-		tk.start, tk.flags = t.now(), tk.flags|tkTimed
-	}
-	if time.Duration(int64(d.Sub(t.epoch))-tk.start) < minBudget {
-		tk.flags |= tkShort
-	}
-}
-
-// plainCall is call for a closed-path admission under a plain config
-// (see config.plain). If next panics there is nothing to undo: the call
-// holds no probe slot or bulkhead place and counts for nothing. A
-// success, the common case, is counted here without a call to the
-// classifier; any other outcome goes on to settle.
-func (t *Transport) plainCall(req *http.Request, b *breaker, tk ticket) (*http.Response, error) {
-	if d, ok := req.Context().Deadline(); ok {
-		t.budget(&tk, d)
-	}
-	resp, err := t.next.RoundTrip(req)
-	if err == nil && resp != nil && classifyStatus(resp.StatusCode) == OutcomeSuccess && genOf(b.word.Load()) == tk.gen {
-		now := tk.start // as in settle: a success timed at admission counts then
-		if !tk.is(tkTimed) {
-			now = t.now()
-		}
-		b.win.add(now, OutcomeSuccess)
-		return resp, nil
-	}
-	return t.settleGuarded(req, b, tk, resp, err)
-}
-
-// call reports the admission's transition, sends the admitted request to
-// next and settles its outcome. If next, the classifier or a state-change
-// hook panics, unwind undoes what the call had done.
-func (t *Transport) call(req *http.Request, b *breaker, tk ticket, admission *transition) (resp *http.Response, err error) {
-	var stage callStage
-	defer t.unwind(req, b, tk, &resp, &stage)
-	t.notify(admission)
-	stage = stageSent
-	resp, err = checked(t.next.RoundTrip(req))
-	return t.settle(req, b, tk, resp, err, &stage)
-}
-
-// settleGuarded is settle, next's answer checked, for a call that is not
-// under call's unwind.
-func (t *Transport) settleGuarded(req *http.Request, b *breaker, tk ticket, resp *http.Response, err error) (*http.Response, error) {
-	resp, err = checked(resp, err)
-	stage := stageSent
-	defer t.unwind(req, b, tk, &resp, &stage)
-	return t.settle(req, b, tk, resp, err, &stage)
-}
-
-// callStage is how far an admitted call got, for unwind.
-type callStage uint8
-
-const (
-	stageAdmitted callStage = iota // the request is not sent yet: its body is the call's to close
-	stageSent                      // next has the request; the outcome is not recorded yet
-	stageRecorded                  // its outcome counts
-	stageReturned                  // its caller has resp
-)
-
-// unwind runs, deferred, when an admitted call ends. If a panic cut the
-// call short of returning, the call counts for nothing (unless it was
-// already recorded), its probe slot and bulkhead place are freed, the
-// request body is closed if next never had it, the response nobody will
-// see is closed, and the panic goes on to the caller.
-func (t *Transport) unwind(req *http.Request, b *breaker, tk ticket, resp **http.Response, stage *callStage) {
-	if *stage == stageReturned {
-		return
-	}
-	if *stage == stageAdmitted {
-		closeBody(req)
-	}
-	if *stage < stageRecorded {
-		b.record(tk, OutcomeIgnored, t.now(), nil)
-	}
-	if r := *resp; r != nil && r.Body != nil {
-		r.Body.Close()
 	}
 }
 
@@ -302,142 +249,6 @@ func unpaired(resp *http.Response, err error) (*http.Response, error) {
 // response nor an error.
 var errNilResponse = errors.New("httpbreaker: next RoundTripper returned a nil response and a nil error")
 
-// settle classifies the outcome of an admitted call that next answered
-// with resp and err (checked), records it and reports the transition it
-// caused, advancing *stage for unwind.
-func (t *Transport) settle(req *http.Request, b *breaker, tk ticket, resp *http.Response, err error, stage *callStage) (*http.Response, error) {
-	o := t.classify(req, resp, err)
-	// A success that read the clock at admission (for its deadline) counts
-	// then: no second read. See window.add for calls that outlive their
-	// bucket.
-	now := tk.start
-	if !tk.is(tkTimed) || o != OutcomeSuccess || t.cfg.slowCall > 0 {
-		now = t.now()
-	}
-	o = t.budgetRule(req, tk, o, err, now)
-	if o == OutcomeSuccess && t.cfg.slowCall > 0 && time.Duration(now-tk.start) > t.cfg.slowCall {
-		o = OutcomeFailure
-	}
-	var tr *transition
-	switch {
-	case o == OutcomeSuccess && t.cfg.bodyErrors && watchable(resp):
-		b.release()
-		resp.Body = t.watchBody(req, b, tk, resp.Body) // the body's end counts the call
-	case b.plainSuccess(tk, o): // record, with its common case inlined
-		b.win.add(now, o)
-	default:
-		tr = b.recordOther(tk, o, now, resp)
-	}
-	*stage = stageRecorded
-	t.notify(tr)
-	*stage = stageReturned
-	return resp, err
-}
-
-// budgetRule applies the deadline rule of RoundTrip to the outcome o of
-// a call that ended with err at clock time now: a failure because a
-// deadline passed which left less than minBudget at admission is ignored.
-func (t *Transport) budgetRule(req *http.Request, tk ticket, o Outcome, err error, now int64) Outcome {
-	if o == OutcomeFailure && tk.is(tkShort) && err != nil && callerEnded(req, t.epoch.Add(time.Duration(now))) == endedByDeadline {
-		return OutcomeIgnored
-	}
-	return o
-}
-
-// classify is the configured classifier's verdict.
-func (t *Transport) classify(req *http.Request, resp *http.Response, err error) Outcome {
-	if t.cfg.classifier == nil {
-		return DefaultClassifier(req, resp, err)
-	}
-	return t.cfg.classifier(req, resp, err)
-}
-
-// keyBreaker returns the breaker for the request's key, making it if
-// needed, or nil when the cap leaves no room even for the host key.
-func (t *Transport) keyBreaker(req *http.Request, key string) *breaker {
-	if b := t.breakers.get(key); b != nil {
-		return b
-	}
-	b, created := t.create(req, key)
-	if created && t.cfg.store != nil {
-		if h, ok := t.cfg.store.Lookup(b.key); ok && h.Key == b.key {
-			t.notify(b.applyHint(h, t.now(), time.Now()))
-		}
-	}
-	return b
-}
-
-// create makes the breaker for key, evicting an idle closed breaker if
-// the cap is reached. Past the cap with nothing to evict, it falls back to
-// the request's host key, and returns nil when even that has no room.
-// It reports whether the breaker is new.
-func (t *Transport) create(req *http.Request, key string) (*breaker, bool) {
-	if t.cfg.keyFunc == nil {
-		return nil, false // not made by New: no breakers
-	}
-	if k := canonicalKey(key); k != key {
-		if b := t.breakers.get(k); b != nil {
-			return b, false
-		}
-		key = k
-	}
-	if len(key) > maxKeyLen {
-		key = HostKey(req)
-	}
-	if t.now() < t.nextEvict.Load() {
-		return t.existing(req, key), false // no room: t.mu would only say so
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if b := t.breakers.get(key); b != nil {
-		return b, false
-	}
-	now := t.now()
-	if t.breakers.live < t.cfg.maxBreakers || t.evictLocked(now) {
-		b := newBreaker(strings.Clone(key), &t.cfg, now) // not the request's memory
-		t.breakers.insert(b)
-		return b, true
-	}
-	return t.existing(req, key), false
-}
-
-// existing is create when the cap leaves no room for a new breaker: the
-// breaker of key, else of the request's host key, if either exists.
-func (t *Transport) existing(req *http.Request, key string) *breaker {
-	if b := t.breakers.get(key); b != nil || req == nil {
-		return b
-	}
-	if host := HostKey(req); host != key {
-		return t.breakers.get(host)
-	}
-	return nil
-}
-
-// evictLocked removes one idle closed breaker, if there is one. When
-// none is idle, it waits a bucket width before scanning again, so a flood
-// of new keys does not rescan a full map of busy breakers for each one.
-// Requires t.mu held.
-func (t *Transport) evictLocked(now int64) bool {
-	if now < t.nextEvict.Load() {
-		return false
-	}
-	var victim *breaker
-	t.breakers.each(func(b *breaker) bool {
-		if b.idle(now) {
-			victim = b
-			return false
-		}
-		return true
-	})
-	if victim == nil {
-		t.nextEvict.Store(now + int64(t.cfg.window)/bucketCount)
-		return false
-	}
-	t.breakers.remove(victim)
-	victim.evicted.Store(true)
-	return true
-}
-
 // CloseIdleConnections closes idle connections of the next RoundTripper,
 // if it has such a method (as *http.Transport does).
 func (t *Transport) CloseIdleConnections() {
@@ -451,11 +262,11 @@ func (t *Transport) CloseIdleConnections() {
 // without a live breaker. An open breaker whose open period has ended
 // reports StateHalfOpen: the next request will be a probe.
 func (t *Transport) State(key string) State {
-	b := t.breakers.get(canonicalKey(key))
-	if b == nil {
+	c := t.breakers.get(canonicalKey(key))
+	if c == nil {
 		return StateClosed
 	}
-	s, tr := b.current(t.now())
+	s, tr := c.b.current(t.now())
 	t.notify(tr)
 	return s
 }
@@ -470,41 +281,23 @@ func (t *Transport) Trip(key string, d time.Duration) {
 		return
 	}
 	key = canonicalKey(key)
-	b := t.breakers.get(key)
-	if b == nil {
-		b = t.createKey(key)
-		if b == nil {
-			if l := t.cfg.logger; l != nil {
-				l.Warn("httpbreaker: Trip: no room for breaker", "breaker", key)
-			}
-			return
+	c := t.breakers.get(key)
+	if c == nil && len(key) <= maxKeyLen {
+		c = t.create(nil, key)
+	}
+	if c == nil {
+		if l := t.logger; l != nil {
+			l.Warn("httpbreaker: Trip: no room for breaker", "breaker", key)
 		}
+		return
 	}
-	t.notify(b.trip(t.now(), d))
-}
-
-// createKey makes a breaker for a key that has no request: no host
-// fallback.
-func (t *Transport) createKey(key string) *breaker {
-	if len(key) > maxKeyLen {
-		return nil
-	}
-	b, _ := t.create(nil, key)
-	return b
-}
-
-// applyHint takes a hint from the Store for a live breaker. Hints for keys
-// without a breaker are learnt through Store.Lookup when one is made.
-func (t *Transport) applyHint(h Hint) {
-	if b := t.breakers.get(canonicalKey(h.Key)); b != nil {
-		t.notify(b.applyHint(h, t.now(), time.Now()))
-	}
+	t.notify(c.b.trip(t.now(), d))
 }
 
 // Reset closes key's breaker and clears its counts and backoff. It does
 // nothing for a key without a live breaker.
 func (t *Transport) Reset(key string) {
-	if b := t.breakers.get(canonicalKey(key)); b != nil {
-		t.notify(b.reset(t.now()))
+	if c := t.breakers.get(canonicalKey(key)); c != nil {
+		t.notify(c.b.reset(t.now()))
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -29,7 +30,7 @@ func TestNewDefaults(t *testing.T) {
 	c := NewClient(WithMinRequests(3))
 	require.Equal(t, DefaultClientTimeout, c.Timeout)
 	require.IsType(t, &Transport{}, c.Transport)
-	require.EqualValues(t, 3, c.Transport.(*Transport).cfg.minRequests)
+	require.EqualValues(t, 3, c.Transport.(*Transport).base.minRequests)
 }
 
 type idleCounter struct {
@@ -398,7 +399,7 @@ func TestDeadlineSuccessCountsAtAdmission(t *testing.T) {
 			require.NoError(t, err)
 		}
 		call("/") // t=0: bucket 0
-		b := tr.breakers.get(testKey)
+		b := &tr.breakers.get(testKey).b
 
 		time.Sleep(1500 * time.Millisecond)
 		call("/sleep/700ms") // admitted at 1.5s, ends at 2.2s
@@ -599,11 +600,52 @@ func TestBreakerKeyDoesNotPinTheRequest(t *testing.T) {
 	resp, err := tr.RoundTrip(req)
 	require.NoError(t, err)
 	resp.Body.Close()
-	b := tr.breakers.get("api.test")
-	require.NotNil(t, b)
-	key := uintptr(unsafe.Pointer(unsafe.StringData(b.key)))
+	c := tr.breakers.get("api.test")
+	require.NotNil(t, c)
+	key := uintptr(unsafe.Pointer(unsafe.StringData(c.key())))
 	url := uintptr(unsafe.Pointer(unsafe.StringData(raw)))
 	host := uintptr(unsafe.Pointer(unsafe.StringData(req.URL.Host)))
 	require.NotEqual(t, host, key)
 	require.False(t, key >= url && key < url+uintptr(len(raw)), "the key points into the request's URL")
+}
+
+// TestEvictedWithCallsInFlightStillTrips: under cap pressure a closed
+// breaker whose calls all hang has nothing in its window and is evicted
+// for other hosts. When the hung calls time out, their failures must
+// still count for their key: the key's breaker opens, and the next call
+// to the hung dependency is refused.
+func TestEvictedWithCallsInFlightStillTrips(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var hung atomic.Int64
+		next := rtFunc(func(req *http.Request) (*http.Response, error) {
+			if req.URL.Host == "hung.test" {
+				hung.Add(1)
+				<-req.Context().Done()
+				return nil, req.Context().Err()
+			}
+			return response(req, http.StatusOK, nil), nil
+		})
+		log := &transitionLog{}
+		tr := New(next, WithMaxBreakers(2), WithMinRequests(20), WithJitter(0), WithOnStateChange(log.hook))
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var wg sync.WaitGroup
+		for range 20 {
+			wg.Go(func() { _, _ = getCtx(t, ctx, tr, "http://hung.test/") })
+		}
+		synctest.Wait()
+		time.Sleep(11 * time.Second) // hung.test's breaker: older than a window, nothing counted
+		for _, h := range []string{"a.test", "b.test"} {
+			_, err := get(t, tr, "http://"+h+"/")
+			require.NoError(t, err)
+		}
+		require.NotContains(t, keys(tr), "hung.test", "evicted with its calls in flight")
+		wg.Wait() // the 20 calls time out
+		require.Equal(t, StateOpen, tr.State("hung.test"))
+		require.Equal(t, []string{"hung.test: closed→open"}, log.list())
+		resp, err := get(t, tr, "http://hung.test/")
+		require.NoError(t, err)
+		require.True(t, IsRejected(resp), "the hung dependency is protected")
+		require.EqualValues(t, 20, hung.Load())
+	})
 }

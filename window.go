@@ -3,6 +3,7 @@ package httpbreaker
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // window counts outcomes over a rolling time window of bucketCount
@@ -21,6 +22,12 @@ type window struct {
 
 // numOutcomes is the number of Outcome values.
 const numOutcomes = 4
+
+// bucketCount is the number of buckets a rolling window is divided into.
+const bucketCount = 10
+
+// minWindow is the shortest window WithWindow accepts: buckets of 1ms.
+const minWindow = bucketCount * time.Millisecond
 
 type bucket struct {
 	// epoch is the bucket number (clock / width) the counts belong to.
@@ -43,8 +50,8 @@ func (w *window) init(length int64) { w.width = length / bucketCount }
 
 // add records one outcome at clock time now. An outcome whose time is so
 // far back that its bucket has moved on (a success counted at admission,
-// see Transport.RoundTrip, that outlived the window) counts in the totals
-// only.
+// see Transport.RoundTrip, that outlived its bucket's turn) counts in the
+// totals only.
 func (w *window) add(now int64, o Outcome) {
 	idx := now / w.width
 	b := &w.buckets[idx%bucketCount]

@@ -1,0 +1,154 @@
+package httpbreaker
+
+import (
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// circuit is what a Transport keeps per key: the key's breaker, the
+// policy its calls run under, and the Transport's own bookkeeping for it.
+type circuit struct {
+	b    breaker
+	pol  *policy
+	hash uint64 // of the key in the Transport's table; set before it is published
+	// evicted is set when the Transport drops the circuit, for those that
+	// still hold a pointer to it (see Transport.routeCircuit).
+	evicted atomic.Bool
+	// openErr is the error shared by the rejections of the current open
+	// period (see Transport.rejectedError).
+	openErr atomic.Pointer[RejectedError]
+}
+
+// key is the circuit's key.
+func (c *circuit) key() string { return c.b.key }
+
+// circuit returns the circuit a request goes through, making it if
+// needed, or nil for a request that touches no breaker: one no
+// dependency could answer (see RoundTrip), or one for which the cap
+// leaves no room, not even for its host key.
+func (t *Transport) circuit(req *http.Request) *circuit {
+	if !routable(req) {
+		return nil
+	}
+	switch {
+	case t.keys.routes != nil:
+		return t.routeCircuit(req)
+	case t.keys.user != nil:
+		return t.keyCircuit(req, t.keys.user(req))
+	}
+	return t.keyCircuit(req, HostKey(req))
+}
+
+// keyCircuit returns the circuit for the request's key, making it if
+// needed.
+func (t *Transport) keyCircuit(req *http.Request, key string) *circuit {
+	if c := t.breakers.get(key); c != nil {
+		return c
+	}
+	return t.create(req, key)
+}
+
+// create makes the circuit for key, evicting an idle closed one if the
+// cap is reached, and has it learn what the fleet knows of key. Past the
+// cap with nothing to evict, it falls back to the request's host key
+// (for a request; nil for an operator's key), and returns nil when even
+// that has no room.
+func (t *Transport) create(req *http.Request, key string) *circuit {
+	if t.base == nil {
+		return nil // not made by New: no breakers
+	}
+	if k := canonicalKey(key); k != key {
+		if c := t.breakers.get(k); c != nil {
+			return c
+		}
+		key = k
+	}
+	if len(key) > maxKeyLen {
+		key = HostKey(req)
+	}
+	if t.now() < t.nextEvict.Load() {
+		return t.existing(req, key) // no room: t.mu would only say so
+	}
+	t.mu.Lock()
+	if c := t.breakers.get(key); c != nil {
+		t.mu.Unlock()
+		return c
+	}
+	now := t.now()
+	if t.breakers.live >= t.maxBreakers && !t.evictLocked(now) {
+		t.mu.Unlock()
+		return t.existing(req, key)
+	}
+	c := &circuit{pol: t.base}
+	c.b.init(strings.Clone(key), &c.pol.settings, now, t.member) // the key: not the request's memory
+	t.breakers.insert(c)
+	t.mu.Unlock()
+	t.learn(c)
+	return c
+}
+
+// settle counts the outcome o of the call tk admitted through c, at
+// clock time end, with its response's Retry-After, and returns the
+// transition it caused. A call whose circuit was evicted while it ran
+// (a closed breaker without a bulkhead can be evicted with calls in
+// flight, since counting them would cost every call) counts for its key
+// all the same: through the key's live circuit, made again if needed, if
+// that is closed.
+func (t *Transport) settle(c *circuit, tk ticket, o Outcome, end int64, retryAfter time.Duration) *transition {
+	if c.evicted.Load() {
+		return t.settleEvicted(c.key(), tk, o, end, retryAfter)
+	}
+	return c.b.count(tk, o, end, retryAfter)
+}
+
+// settleEvicted is settle for a call whose circuit, of key, was evicted.
+func (t *Transport) settleEvicted(key string, tk ticket, o Outcome, end int64, retryAfter time.Duration) *transition {
+	c := t.keyCircuit(nil, key)
+	if c == nil || c.key() != key {
+		return nil
+	}
+	tk, ok := c.b.adopt(tk)
+	if !ok {
+		return nil
+	}
+	return c.b.count(tk, o, end, retryAfter)
+}
+
+// existing is create when the cap leaves no room for a new circuit: the
+// circuit of key, else of the request's host key, if either exists.
+func (t *Transport) existing(req *http.Request, key string) *circuit {
+	if c := t.breakers.get(key); c != nil || req == nil {
+		return c
+	}
+	if host := HostKey(req); host != key {
+		return t.breakers.get(host)
+	}
+	return nil
+}
+
+// evictLocked removes one idle circuit, if there is one. When none is
+// idle, it waits a bucket width before scanning again, so a flood of new
+// keys does not rescan a full table of busy breakers for each one.
+// Requires t.mu held.
+func (t *Transport) evictLocked(now int64) bool {
+	if now < t.nextEvict.Load() {
+		return false
+	}
+	var victim *circuit
+	t.breakers.each(func(c *circuit) bool {
+		if c.b.idle(now) {
+			victim = c
+			return false
+		}
+		return true
+	})
+	if victim == nil {
+		t.nextEvict.Store(now + int64(t.base.window)/bucketCount)
+		return false
+	}
+	t.breakers.remove(victim)
+	victim.evicted.Store(true)
+	return true
+}
