@@ -148,9 +148,8 @@ func TestCABundle(t *testing.T) {
 		t.Setenv("AWS_CONFIG_FILE", p)
 		t.Setenv("AWS_CA_BUNDLE", "")
 	}
-	getLogs := func(t *testing.T, cfg func() (*s3.Client, func())) error {
-		t.Helper()
-		c, done := cfg()
+	// getLogs reads an object with c, then calls done.
+	getLogs := func(c *s3.Client, done func()) error {
 		defer done()
 		return getObject(ctx, c, bucketLogs)
 	}
@@ -166,10 +165,12 @@ func TestCABundle(t *testing.T) {
 		}
 		return s3.NewFromConfig(cfg), tr.CloseIdleConnections, nil
 	}
+	// recipe is loadConfig; maxAttempts 1 spares the retries of a
+	// failing call.
 	recipe := func(t *testing.T) (*s3.Client, func()) {
 		cfg, tr, err := loadFakeConfig(ctx, fake, []httpbreaker.Option{httpbreaker.WithRejectAsError()})
 		require.NoError(t, err)
-		return s3.NewFromConfig(cfg), tr.CloseIdleConnections
+		return s3.NewFromConfig(cfg, func(o *s3.Options) { o.RetryMaxAttempts = 1 }), tr.CloseIdleConnections
 	}
 
 	for _, where := range []string{"AWS_CA_BUNDLE", "ca_bundle"} {
@@ -185,7 +186,7 @@ func TestCABundle(t *testing.T) {
 
 			// loadConfig lets the SDK build its client, takes its
 			// transport (with the bundle) and puts the breaker on it.
-			require.NoError(t, getLogs(t, func() (*s3.Client, func()) { return recipe(t) }))
+			require.NoError(t, getLogs(recipe(t)))
 		})
 	}
 
@@ -195,16 +196,11 @@ func TestCABundle(t *testing.T) {
 		// on the transport is what TLS trusts.
 		c, done, err := plainClient(t)
 		require.NoError(t, err)
-		require.NoError(t, getLogs(t, func() (*s3.Client, func()) { return c, done }))
+		require.NoError(t, getLogs(c, done))
 
 		// And the fake is really checked: the SDK's transport without
 		// the bundle does not trust it.
-		err = getLogs(t, func() (*s3.Client, func()) {
-			cfg, tr, err := loadFakeConfig(ctx, fake, []httpbreaker.Option{httpbreaker.WithRejectAsError()})
-			require.NoError(t, err)
-			return s3.NewFromConfig(cfg, func(o *s3.Options) { o.RetryMaxAttempts = 1 }), tr.CloseIdleConnections
-		})
-		require.ErrorContains(t, err, "certificate signed by unknown authority")
+		require.ErrorContains(t, getLogs(recipe(t)), "certificate signed by unknown authority")
 	})
 }
 

@@ -58,7 +58,9 @@ func loadConfig(ctx context.Context, opts []httpbreaker.Option, load ...func(*co
 // ServiceUnavailable, documented with the same "Reduce your request
 // rate"), not 429. The error code is only in the XML body, which a
 // classifier must not read, and S3 sends no header that names it, so
-// every 503 from S3 is read as throttling. The price: a real S3 outage
+// every 503 from S3 is read as throttling. (Over HTTP/1.1 S3 is reported
+// to send the reason phrase "Slow Down", in resp.Status, but that is not
+// documented, and this classifier does not rely on it.) The price: a real S3 outage
 // that answers 503 counts toward the failure rate only once the 503s are
 // sustained (WithThrottleSustain, 10s by default), not at once. 500s and
 // transport errors still count as failures at once.

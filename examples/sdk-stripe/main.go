@@ -378,9 +378,9 @@ func callSite(ctx context.Context, open bool) (CallSiteResult, error) {
 	sc := newStripeClient(apiKey, tr, 0, fake.backend, attempts.count)
 	before := fake.createKeys()
 
+	start := time.Now()
 	params := &stripe.CustomerCreateParams{Email: stripe.String("jenny@example.com")}
 	params.IdempotencyKey = stripe.String(stripe.NewIdempotencyKey()) // the same for every attempt
-	start := time.Now()
 	err := callWithRetries(ctx, 3, 50*time.Millisecond, func() error {
 		_, err := sc.V1Customers.Create(ctx, params)
 		return err
