@@ -203,8 +203,6 @@ type breaker struct {
 	// the responses that trip the breaker, and counts for nothing.
 	retryHint   atomic.Int64
 	retryHintAt atomic.Int64
-	// rejections counts refused calls by reason.
-	rejections [numReasons]atomic.Int64
 
 	created int64 // clock time the breaker was made
 
@@ -269,9 +267,8 @@ func (b *breaker) admitHeld(now int64, s *settings) (ticket, rejectReason, *tran
 	return tk, reason, tr
 }
 
-// refuse counts a refusal for reason.
+// refuse is admit's answer for a call refused for reason.
 func (b *breaker) refuse(reason rejectReason) (ticket, rejectReason, *transition) {
-	b.rejections[reason].Add(1)
 	return ticket{}, reason, nil
 }
 
@@ -314,9 +311,6 @@ func (b *breaker) admitState(now int64, s *settings) (ticket, rejectReason, *tra
 		tk = ticket{s: s, gen: genOf(w), probe: b.probeSeq, start: now}
 	}
 	b.mu.Unlock()
-	if reason != admitted {
-		b.rejections[reason].Add(1)
-	}
 	return tk, reason, tr
 }
 
@@ -327,6 +321,15 @@ func (b *breaker) release(tk ticket) {
 	if tk.s.maxConcurrent > 0 {
 		b.inflight.Add(-1)
 	}
+}
+
+// tryPlace takes a place in the bulkhead of settings s if one is free.
+func (b *breaker) tryPlace(s *settings) bool {
+	if b.inflight.Add(1) > s.maxConcurrent {
+		b.inflight.Add(-1)
+		return false
+	}
+	return true
 }
 
 // adopt returns a ticket of b's current generation for a call admitted
@@ -734,7 +737,6 @@ type stats struct {
 	retryAt     int64 // clock time an open breaker lets probes go; 0 otherwise
 	window      counts
 	totals      counts
-	rejections  [numReasons]int64
 	transitions [numStates][numStates]int64
 	open        time.Duration // time spent open, never decreasing
 	probes      [numProbeResults]int64
@@ -760,8 +762,5 @@ func (b *breaker) stats(now int64, advance bool) (stats, *transition) {
 	b.mu.Unlock()
 	st.window = b.win.sums(now)
 	st.totals = b.win.totals()
-	for r := range st.rejections {
-		st.rejections[r] = b.rejections[r].Load()
-	}
 	return st, tr
 }

@@ -19,6 +19,11 @@ type circuit struct {
 	// openErr is the error shared by the rejections of the current open
 	// period (see Transport.rejectedError).
 	openErr atomic.Pointer[RejectedError]
+	// rejected counts refused calls by reason; shadowed the calls a
+	// breaker in ModeShadow would have refused, and let through.
+	rejected, shadowed [numReasons]atomic.Int64
+	// line is the bulkhead's waiting line, under WithQueue.
+	line queue
 }
 
 // key is the circuit's key.
@@ -81,7 +86,11 @@ func (t *Transport) create(req *http.Request, key string) *circuit {
 		t.mu.Unlock()
 		return t.existing(req, key)
 	}
-	c := &circuit{pol: t.base}
+	pol, err := t.policies.resolve(key)
+	if err != nil { // cannot happen: New checked every selector's policy
+		pol = t.policies.base
+	}
+	c := &circuit{pol: pol}
 	c.b.init(strings.Clone(key), &c.pol.settings, now, t.member) // the key: not the request's memory
 	t.breakers.insert(c)
 	t.mu.Unlock()

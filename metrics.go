@@ -10,12 +10,14 @@ import (
 type collector struct {
 	t *Transport
 
-	state       *prometheus.Desc
-	requests    *prometheus.Desc
-	rejections  *prometheus.Desc
-	transitions *prometheus.Desc
-	openSeconds *prometheus.Desc
-	probes      *prometheus.Desc
+	state      *prometheus.Desc
+	requests   *prometheus.Desc
+	rejections *prometheus.Desc
+	// shadowRejections counts what breakers in ModeShadow let through.
+	shadowRejections *prometheus.Desc
+	transitions      *prometheus.Desc
+	openSeconds      *prometheus.Desc
+	probes           *prometheus.Desc
 
 	// storeErrors is set when the Store counts its errors.
 	storeErrors *prometheus.Desc
@@ -37,6 +39,9 @@ func newCollector(t *Transport) *collector {
 			[]string{"breaker", "outcome"}, nil),
 		rejections: prometheus.NewDesc("breaker_rejections_total",
 			"Calls the breaker refused without sending them, by reason.",
+			[]string{"breaker", "reason"}, nil),
+		shadowRejections: prometheus.NewDesc("breaker_shadow_rejections_total",
+			"Calls a breaker in shadow mode would have refused, by reason; they went through and counted for nothing.",
 			[]string{"breaker", "reason"}, nil),
 		transitions: prometheus.NewDesc("breaker_transitions_total",
 			"State transitions of the breaker.",
@@ -70,6 +75,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.state
 	ch <- c.requests
 	ch <- c.rejections
+	ch <- c.shadowRejections
 	ch <- c.transitions
 	ch <- c.openSeconds
 	ch <- c.probes
@@ -84,8 +90,11 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	now := c.t.now()
 	c.t.breakers.eachKey(func(k *circuit) bool { // a second series would fail the scrape
+		if k.pol.mode == ModeOff {
+			return true // no breaker
+		}
 		st, _ := k.b.stats(now, false)
-		c.emit(ch, k.key(), &st)
+		c.emit(ch, k, &st)
 		return true
 	})
 	if c.storeErrors != nil {
@@ -93,7 +102,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func (c *collector) emit(ch chan<- prometheus.Metric, key string, m *stats) {
+func (c *collector) emit(ch chan<- prometheus.Metric, k *circuit, m *stats) {
+	key := k.key()
 	gauge, counter := prometheus.GaugeValue, prometheus.CounterValue
 	for s := State(0); s < numStates; s++ {
 		v := 0.0
@@ -106,7 +116,10 @@ func (c *collector) emit(ch chan<- prometheus.Metric, key string, m *stats) {
 		ch <- prometheus.MustNewConstMetric(c.requests, counter, float64(m.totals[o]), key, o.String())
 	}
 	for r := rejectOpen; r < numReasons; r++ {
-		ch <- prometheus.MustNewConstMetric(c.rejections, counter, float64(m.rejections[r]), key, r.String())
+		ch <- prometheus.MustNewConstMetric(c.rejections, counter, float64(k.rejected[r].Load()), key, r.String())
+		if k.pol.mode == ModeShadow {
+			ch <- prometheus.MustNewConstMetric(c.shadowRejections, counter, float64(k.shadowed[r].Load()), key, r.String())
+		}
 	}
 	for from := State(0); from < numStates; from++ {
 		for to := State(0); to < numStates; to++ {

@@ -19,6 +19,11 @@ func (t *Transport) notify(tr *transition) {
 
 // report is notify for one transition.
 func (t *Transport) report(tr *transition) {
+	if tr.to == StateOpen {
+		if c := t.breakers.get(tr.key); c != nil && c.line.waiting.Load() > 0 {
+			c.line.refuseAll() // calls waiting for the bulkhead are refused as open
+		}
+	}
 	if s := t.member; s != nil && !tr.fleet {
 		switch tr.to {
 		case StateOpen:

@@ -18,16 +18,30 @@ type Option interface {
 	apply(*config)
 }
 
-type optionFunc func(*config)
+// option is every Option of this package: a named change to a config.
+type option struct {
+	name      string // the option's function, as errors name it
+	transport bool   // it shapes the Transport: no policy or Update may set it
+	set       func(*config)
+}
 
-func (f optionFunc) apply(c *config) { f(c) }
+func (o option) apply(c *config) { o.set(c) }
+
+// tunable is an option about one breaker's behaviour, which a policy may
+// set (see WithPolicy).
+func tunable(name string, set func(*config)) option { return option{name: name, set: set} }
+
+// structural is an option that shapes the Transport as a whole.
+func structural(name string, set func(*config)) option {
+	return option{name: name, transport: true, set: set}
+}
 
 // config is what the options make: the Transport-wide policy every
 // breaker starts from, and the settings that shape the Transport itself.
 // New resolves it once; it never changes after.
 type config struct {
 	policy
-	maxOpenSet bool // WithMaxOpenTimeout was given
+	rules []rule // WithPolicy's, in the order given
 
 	keys          keying
 	maxBreakers   int
@@ -74,29 +88,28 @@ func (c *config) invalid(option, format string, args ...any) {
 // first invalid value.
 func newConfig(caller string, opts []Option) config {
 	c := defaultConfig()
-	for _, o := range opts {
-		if o == nil {
-			c.invalid(caller, "nil Option")
-			continue
-		}
-		o.apply(&c)
-	}
-	if !c.maxOpenSet {
-		c.maxOpenTimeout = max(defaultMaxOpenTimeout, c.openTimeout)
-	}
-	if c.maxOpenTimeout < c.openTimeout {
-		c.invalid("WithMaxOpenTimeout", "maximum open timeout %v is shorter than the open timeout %v", c.maxOpenTimeout, c.openTimeout)
-	}
+	c.applyAll(caller, opts)
 	if len(c.errs) > 0 {
 		panic(c.errs[0])
 	}
 	return c
 }
 
+// applyAll applies opts to c, in order, for caller.
+func (c *config) applyAll(caller string, opts []Option) {
+	for _, o := range opts {
+		if o == nil {
+			c.invalid(caller, "nil Option")
+			continue
+		}
+		o.apply(c)
+	}
+}
+
 // intOption is an Option that applies set when n is in [least, most],
 // and otherwise reports option as invalid.
-func intOption(option string, n, least, most int, set func(*config)) Option {
-	return optionFunc(func(c *config) {
+func intOption(option string, n, least, most int, set func(*config)) option {
+	return tunable(option, func(c *config) {
 		switch {
 		case n < least:
 			c.invalid(option, "must be at least %d, got %d", least, n)
@@ -110,8 +123,8 @@ func intOption(option string, n, least, most int, set func(*config)) Option {
 
 // durationOption is an Option that applies set when d is positive (or,
 // unless positive is set, zero), and otherwise reports option as invalid.
-func durationOption(option string, d time.Duration, positive bool, set func(*config)) Option {
-	return optionFunc(func(c *config) {
+func durationOption(option string, d time.Duration, positive bool, set func(*config)) option {
+	return tunable(option, func(c *config) {
 		switch {
 		case positive && d <= 0:
 			c.invalid(option, "must be positive, got %v", d)
@@ -132,7 +145,7 @@ const maxHalfOpenProbes = 10000
 // a key from a bounded set: use RouteKey (or WithRoutes) to key by
 // operation, never the raw path. A nil f panics.
 func WithKeyFunc(f KeyFunc) Option {
-	return optionFunc(func(c *config) {
+	return structural("WithKeyFunc", func(c *config) {
 		if f == nil {
 			c.invalid("WithKeyFunc", "nil KeyFunc")
 			return
@@ -149,14 +162,14 @@ func WithKeyFunc(f KeyFunc) Option {
 // replaces it.
 func WithRoutes(patterns ...string) Option {
 	k := routeKeying(patterns)
-	return optionFunc(func(c *config) { c.keys = k })
+	return structural("WithRoutes", func(c *config) { c.keys = k })
 }
 
 // WithClassifier sets what counts as success, failure, throttling or
 // nothing. The default is DefaultClassifier; a custom classifier can
 // delegate to it for the cases it does not handle. A nil c panics.
 func WithClassifier(f Classifier) Option {
-	return optionFunc(func(c *config) {
+	return tunable("WithClassifier", func(c *config) {
 		if f == nil {
 			c.invalid("WithClassifier", "nil Classifier")
 			return
@@ -177,7 +190,7 @@ func WithClassifier(f Classifier) Option {
 // the last healthy seconds in the rate and trips late. A window of one to
 // two client timeouts reacts fastest to hangs.
 func WithWindow(d time.Duration) Option {
-	return optionFunc(func(c *config) {
+	return tunable("WithWindow", func(c *config) {
 		if d < minWindow {
 			c.invalid("WithWindow", "window must be at least %v, got %v", minWindow, d)
 			return
@@ -197,7 +210,7 @@ func WithMinRequests(n int) Option {
 // opens when failures/requests ≥ r over the window [0.5]. r must be in
 // (0, 1].
 func WithFailureRate(r float64) Option {
-	return optionFunc(func(c *config) {
+	return tunable("WithFailureRate", func(c *config) {
 		if !(r > 0 && r <= 1) {
 			c.invalid("WithFailureRate", "rate must be in (0, 1], got %v", r)
 			return
@@ -244,7 +257,7 @@ func WithSlowCallThreshold(d time.Duration) Option {
 // and the short request path of the defaults (see the Performance section
 // of the README).
 func WithBodyErrors() Option {
-	return optionFunc(func(c *config) { c.bodyErrors = true })
+	return tunable("WithBodyErrors", func(c *config) { c.bodyErrors = true })
 }
 
 // WithOpenTimeout sets the base open duration [5s]: how long a breaker
@@ -269,7 +282,7 @@ func WithMaxOpenTimeout(d time.Duration) Option {
 // [d, d·(1+f)] [0.2], so breakers that tripped together do not probe
 // together. Zero turns jitter off; f must be in [0, 1].
 func WithJitter(f float64) Option {
-	return optionFunc(func(c *config) {
+	return tunable("WithJitter", func(c *config) {
 		if !(f >= 0 && f <= 1) {
 			c.invalid("WithJitter", "jitter must be in [0, 1], got %v", f)
 			return
@@ -309,6 +322,46 @@ func WithMaxConcurrent(n int) Option {
 	return intOption("WithMaxConcurrent", n, 0, math.MaxInt, func(c *config) { c.maxConcurrent = int64(n) })
 }
 
+// WithQueue lets calls beyond the bulkhead (WithMaxConcurrent) wait for a
+// place instead of being refused at once [0: refuse at once]: at most n
+// wait, in arrival order, each for at most maxWait; the (n+1)th is
+// refused at once. A waiter that gets no place within maxWait is refused
+// (wrapping ErrBulkheadFull, Retry-After: 1); a waiter whose context ends
+// leaves the line at once with the context's error and counts for
+// nothing; if the breaker opens while calls wait, they are refused as
+// open. A call timeout (WithCallTimeout) starts when the call leaves the
+// line. A waiter holds no lock and starts no goroutine. Without
+// WithMaxConcurrent there is no bulkhead and the queue does nothing. n
+// must not be negative, and maxWait must be positive when n is.
+func WithQueue(n int, maxWait time.Duration) Option {
+	return tunable("WithQueue", func(c *config) {
+		switch {
+		case n < 0:
+			c.invalid("WithQueue", "queue length must not be negative, got %d", n)
+		case n > 0 && maxWait <= 0:
+			c.invalid("WithQueue", "maximum wait must be positive, got %v", maxWait)
+		case maxWait < 0:
+			c.invalid("WithQueue", "maximum wait must not be negative, got %v", maxWait)
+		default:
+			c.queue, c.queueWait = int64(n), maxWait
+		}
+	})
+}
+
+// WithCallTimeout gives each admitted call a deadline d after its
+// admission [0: none]: the request goes to next as req.WithContext with
+// that deadline, unless its own deadline is earlier (the caller's request
+// is never modified). The deadline's context is released when the
+// response body is closed or read to its end, or at once when next
+// returns an error: read or close every body. A call that ends because
+// its call timeout passed is a failure, however short d is; its error
+// satisfies errors.Is(err, context.DeadlineExceeded) and, through
+// http.Client, net.Error's Timeout. Set it per dependency with WithPolicy.
+// A negative d panics.
+func WithCallTimeout(d time.Duration) Option {
+	return durationOption("WithCallTimeout", d, false, func(c *config) { c.callTimeout = d })
+}
+
 // WithMaxBreakers caps the number of live breakers in a Transport [1000].
 // Past the cap, an idle closed breaker is evicted to make room; if none is
 // idle, a new key falls back to its host key, and if even that has no room
@@ -317,7 +370,9 @@ func WithMaxConcurrent(n int) Option {
 // flood of new keys costs no lock: the Transport looks for idle breakers
 // again once per window bucket. n must be at least 1.
 func WithMaxBreakers(n int) Option {
-	return intOption("WithMaxBreakers", n, 1, math.MaxInt, func(c *config) { c.maxBreakers = n })
+	o := intOption("WithMaxBreakers", n, 1, math.MaxInt, func(c *config) { c.maxBreakers = n })
+	o.transport = true
+	return o
 }
 
 // WithFallback sets a function called instead of the synthetic 503 when a
@@ -328,7 +383,7 @@ func WithMaxBreakers(n int) Option {
 // an error, the response body is closed and the error returned; if it
 // returns neither, the default rejection is used. A nil f panics.
 func WithFallback(f func(*http.Request, error) (*http.Response, error)) Option {
-	return optionFunc(func(c *config) {
+	return tunable("WithFallback", func(c *config) {
 		if f == nil {
 			c.invalid("WithFallback", "nil fallback")
 			return
@@ -342,7 +397,7 @@ func WithFallback(f func(*http.Request, error) (*http.Response, error)) Option {
 // synthetic 503. Through http.Client the error arrives wrapped in a
 // *url.Error; errors.Is still works.
 func WithRejectAsError() Option {
-	return optionFunc(func(c *config) { c.rejectAsError = true })
+	return tunable("WithRejectAsError", func(c *config) { c.rejectAsError = true })
 }
 
 // WithOnStateChange sets a function called after each transition of any
@@ -355,7 +410,7 @@ func WithRejectAsError() Option {
 // reaches that caller, after the breaker has settled. Scrapes never run
 // it. A nil f removes the hook.
 func WithOnStateChange(f func(key string, from, to State)) Option {
-	return optionFunc(func(c *config) { c.onStateChange = f })
+	return structural("WithOnStateChange", func(c *config) { c.onStateChange = f })
 }
 
 // WithLogger logs transitions through l: opening at Warn (with the failure
@@ -364,7 +419,7 @@ func WithOnStateChange(f func(key string, from, to State)) Option {
 // the transition, with no lock held; nothing is logged per request. A nil
 // l turns logging off.
 func WithLogger(l *slog.Logger) Option {
-	return optionFunc(func(c *config) { c.logger = l })
+	return structural("WithLogger", func(c *config) { c.logger = l })
 }
 
 // WithMetrics registers the Transport's Prometheus collector with reg when
@@ -376,7 +431,7 @@ func WithLogger(l *slog.Logger) Option {
 // prometheus.Labels{"client": "payments"} and {"client": "search"}: an
 // unwrapped Transport beside wrapped ones is refused. A nil reg panics.
 func WithMetrics(reg prometheus.Registerer) Option {
-	return optionFunc(func(c *config) {
+	return structural("WithMetrics", func(c *config) {
 		if reg == nil {
 			c.invalid("WithMetrics", "nil Registerer")
 			return

@@ -1,7 +1,12 @@
 package httpbreaker
 
 import (
+	"cmp"
+	"errors"
+	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -11,10 +16,28 @@ import (
 // breaker is made and never changes under a call.
 type policy struct {
 	settings
-	classifier    Classifier // nil: DefaultClassifier
+	maxOpenSet    bool // WithMaxOpenTimeout was given
+	mode          Mode // see WithMode
+	callTimeout   time.Duration
+	queue         int64         // waiting places beside the bulkhead (WithQueue)
+	queueWait     time.Duration // how long a waiter waits
+	classifier    Classifier    // nil: DefaultClassifier
 	fallback      func(*http.Request, error) (*http.Response, error)
 	rejectAsError bool
 	bodyErrors    bool // see WithBodyErrors
+}
+
+// finish completes a policy once every option and layer is applied: an
+// unset maximum open timeout is the longer of the default and the open
+// timeout. It returns the error of a relation that does not hold.
+func (p *policy) finish() error {
+	if !p.maxOpenSet {
+		p.maxOpenTimeout = max(defaultMaxOpenTimeout, p.openTimeout)
+	}
+	if p.maxOpenTimeout < p.openTimeout {
+		return fmt.Errorf("httpbreaker: WithMaxOpenTimeout: maximum open timeout %v is shorter than the open timeout %v", p.maxOpenTimeout, p.openTimeout)
+	}
+	return nil
 }
 
 // classify is the policy's classifier's verdict.
@@ -39,4 +62,219 @@ func (p *policy) judge(req *http.Request, o Outcome, err error, start, end int64
 		return OutcomeFailure
 	}
 	return o
+}
+
+// WithPolicy applies opts to the breakers whose keys selector names, over
+// the Transport-wide options, so that one Transport can tune each
+// dependency apart:
+//
+//	httpbreaker.New(nil,
+//		httpbreaker.WithPolicy("payments.internal",
+//			httpbreaker.WithFailureRate(0.25), httpbreaker.WithOpenTimeout(30*time.Second),
+//			httpbreaker.WithMaxConcurrent(40)),
+//		httpbreaker.WithPolicy("recs.internal",
+//			httpbreaker.WithCallTimeout(150*time.Millisecond), httpbreaker.WithMaxConcurrent(10)),
+//		httpbreaker.WithPolicy("api.github.com GET /search/issues", httpbreaker.WithMinRequests(5)),
+//	)
+//
+// A selector is one of:
+//
+//   - a host, "payments.internal": its host key and every route key of
+//     that host, on any port;
+//   - a host and port, "payments.internal:8443": that host on that port;
+//   - a wildcard, "*.internal": every host ending in ".internal", on any
+//     port, but not "internal" itself;
+//   - a whole key, "api.github.com GET /search/issues" (a selector with a
+//     space), or any key a custom KeyFunc returns.
+//
+// A key's host is the key up to its first space, and its port what
+// follows the host's last colon when that is all digits. Hosts in
+// selectors are lower-cased as HostKey lower-cases them.
+//
+// A breaker's settings are the defaults, then the Transport-wide options,
+// then every selector that names its key, from the widest to the
+// narrowest — wildcards (shorter suffix first), host on any port, host
+// with port, whole key — each applying only the options it names. The
+// same selector given twice applies both, in order. A breaker's policy is
+// resolved when the breaker is made, never per request: policies cost the
+// request path nothing.
+//
+// A policy may set every option about one breaker's behaviour. New panics,
+// naming WithPolicy, for an empty selector, "*", "*." or a "*" anywhere
+// but a leading "*.", and for an option that shapes the Transport as a
+// whole (WithKeyFunc, WithRoutes, WithMaxBreakers, WithMetrics,
+// WithLogger, WithOnStateChange, WithStore, WithPolicy). Relations between
+// options (a maximum open timeout not shorter than the open timeout) are
+// checked at New on the settings every selector resolves to.
+func WithPolicy(selector string, opts ...Option) Option {
+	sel, err := parseSelector(selector)
+	return structural("WithPolicy", func(c *config) {
+		if err != nil {
+			c.invalid("WithPolicy", "%v", err)
+			return
+		}
+		for _, o := range opts {
+			switch o := o.(type) {
+			case nil:
+				c.invalid("WithPolicy", "selector %q: nil Option", selector)
+				return
+			case option:
+				if o.transport {
+					c.invalid("WithPolicy", "selector %q: %s shapes the whole Transport and cannot be set per policy", selector, o.name)
+					return
+				}
+			}
+		}
+		c.rules = append(c.rules, rule{sel: sel, opts: opts})
+	})
+}
+
+// selectorKind is the breadth of a selector, from the widest.
+type selectorKind int
+
+const (
+	selWildcard selectorKind = iota // "*.suffix"
+	selHost                         // "host"
+	selHostPort                     // "host:port"
+	selKey                          // a whole key
+)
+
+// selector names breakers by their keys (see WithPolicy).
+type selector struct {
+	text string       // as given
+	kind selectorKind //
+	host string       // selWildcard: ".suffix"; selHost: host; selHostPort: "host:port"; selKey: the key
+}
+
+// parseSelector parses a WithPolicy selector.
+func parseSelector(s string) (selector, error) {
+	sel := selector{text: s}
+	switch {
+	case s == "", s == "*", s == "*.":
+		return sel, fmt.Errorf("selector %q names no host: give a host, host:port, *.suffix or a whole key", s)
+	case strings.Contains(s, " "):
+		host, rest, _ := strings.Cut(s, " ")
+		sel.kind, sel.host = selKey, canonicalKey(asciiLower(host)+" "+rest)
+		if strings.Contains(host, "*") {
+			return sel, fmt.Errorf("selector %q: a whole key has no wildcard", s)
+		}
+		return sel, nil
+	case strings.HasPrefix(s, "*."):
+		sel.kind, sel.host = selWildcard, asciiLower(s[1:])
+	default:
+		sel.host = asciiLower(s)
+		sel.kind = selHost
+		if _, port := splitKeyPort(sel.host); port != "" {
+			sel.kind = selHostPort
+		}
+	}
+	if strings.Contains(strings.TrimPrefix(s, "*."), "*") {
+		return sel, fmt.Errorf("selector %q: a \"*\" may only lead, as in \"*.example.com\"", s)
+	}
+	sel.host = canonicalKey(sel.host)
+	return sel, nil
+}
+
+// splitKeyPort splits the host part of a key into host and port, where
+// the port is what follows the last colon when that is all digits and
+// not inside an IPv6 literal's brackets.
+func splitKeyPort(h string) (host, port string) {
+	i := strings.LastIndexByte(h, ':')
+	if i < 0 || i == len(h)-1 || strings.IndexByte(h[i:], ']') >= 0 {
+		return h, ""
+	}
+	for _, c := range []byte(h[i+1:]) {
+		if c < '0' || c > '9' {
+			return h, ""
+		}
+	}
+	return h[:i], h[i+1:]
+}
+
+// matches reports whether the selector names key.
+func (s *selector) matches(key string) bool {
+	if s.kind == selKey {
+		return key == s.host
+	}
+	hostPort, _, _ := strings.Cut(key, " ")
+	switch s.kind {
+	case selHostPort:
+		return hostPort == s.host
+	case selHost:
+		host, _ := splitKeyPort(hostPort)
+		return host == s.host
+	}
+	host, _ := splitKeyPort(hostPort)
+	return len(host) > len(s.host) && strings.HasSuffix(host, s.host)
+}
+
+// example is a key the selector names, for checking what it resolves to.
+func (s *selector) example() string {
+	if s.kind == selWildcard {
+		return "x" + s.host
+	}
+	return s.host
+}
+
+// rule is one WithPolicy: a selector and its options.
+type rule struct {
+	sel  selector
+	opts []Option
+}
+
+// policies is a Transport's policies: the Transport-wide one, and the
+// rules over it from the widest to the narrowest. It is immutable.
+type policies struct {
+	raw   policy  // the Transport-wide options, before finish
+	base  *policy // raw finished: the policy of keys no rule names
+	rules []rule  // by breadth, then as given
+}
+
+// newPolicies orders c's rules and checks what each selector resolves to.
+// It returns the first error.
+func newPolicies(c *config) (*policies, error) {
+	ps := &policies{raw: c.policy, rules: slices.Clone(c.rules)}
+	slices.SortStableFunc(ps.rules, func(a, b rule) int {
+		if a.sel.kind != b.sel.kind {
+			return cmp.Compare(a.sel.kind, b.sel.kind)
+		}
+		if a.sel.kind == selWildcard {
+			return cmp.Compare(len(a.sel.host), len(b.sel.host))
+		}
+		return 0
+	})
+	base := ps.raw
+	if err := base.finish(); err != nil {
+		return nil, err
+	}
+	ps.base = &base
+	for _, r := range ps.rules {
+		if _, err := ps.resolve(r.sel.example()); err != nil {
+			return nil, fmt.Errorf("%v (in WithPolicy(%q, ...))", err, r.sel.text)
+		}
+	}
+	return ps, nil
+}
+
+// resolve returns the policy of key: the Transport-wide policy with every
+// rule that names key applied over it, from the widest.
+func (ps *policies) resolve(key string) (*policy, error) {
+	c := config{policy: ps.raw}
+	matched := false
+	for _, r := range ps.rules {
+		if r.sel.matches(key) {
+			c.applyAll("WithPolicy", r.opts)
+			matched = true
+		}
+	}
+	if !matched {
+		return ps.base, nil
+	}
+	if len(c.errs) > 0 {
+		return nil, errors.New(c.errs[0])
+	}
+	if err := c.policy.finish(); err != nil {
+		return nil, err
+	}
+	return &c.policy, nil
 }

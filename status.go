@@ -24,6 +24,35 @@ type Status struct {
 	// but OutcomeIgnored; Failures and Throttled count those outcomes
 	// among them.
 	Requests, Failures, Throttled int64
+	// Mode is the breaker's mode: ModeEnforce or ModeShadow (a key in
+	// ModeOff has no breaker, and no Status).
+	Mode Mode
+	// Settings are the settings the breaker decides by: the defaults,
+	// the Transport-wide options and every policy that names its key.
+	Settings Settings
+}
+
+// Settings are the effective settings of one breaker, as Status shows
+// them.
+type Settings struct {
+	FailureRate    float64
+	MinRequests    int64
+	Window         time.Duration
+	OpenTimeout    time.Duration
+	MaxOpenTimeout time.Duration
+	CallTimeout    time.Duration // 0: none
+	MaxConcurrent  int64         // the bulkhead; 0: unlimited
+	Queue          int64         // waiting places beside the bulkhead
+	QueueWait      time.Duration
+}
+
+// effective returns the Settings p shows.
+func (p *policy) effective() Settings {
+	return Settings{
+		FailureRate: p.failureRate, MinRequests: p.minRequests, Window: p.window,
+		OpenTimeout: p.openTimeout, MaxOpenTimeout: p.maxOpenTimeout, CallTimeout: p.callTimeout,
+		MaxConcurrent: p.maxConcurrent, Queue: p.queue, QueueWait: p.queueWait,
+	}
 }
 
 // FailureRate is Failures/Requests, or 0 with no requests. 429s are not
@@ -41,6 +70,9 @@ func (t *Transport) Snapshot() []Status {
 	var out []Status
 	var trs []*transition
 	t.breakers.eachKey(func(c *circuit) bool {
+		if c.pol.mode == ModeOff {
+			return true // no breaker
+		}
 		st, tr := c.b.stats(now, true)
 		out = append(out, t.status(c, &st))
 		if tr != nil {
@@ -64,6 +96,8 @@ func (t *Transport) status(c *circuit, st *stats) Status {
 		Requests:  st.window.requests(),
 		Failures:  st.window[OutcomeFailure],
 		Throttled: st.window[OutcomeThrottled],
+		Mode:      c.pol.mode,
+		Settings:  c.pol.effective(),
 	}
 	if st.state == StateOpen {
 		s.RetryAt = t.epoch.Add(time.Duration(st.retryAt))
@@ -73,20 +107,47 @@ func (t *Transport) status(c *circuit, st *stats) Status {
 
 // statusJSON is one breaker in StatusHandler's output.
 type statusJSON struct {
-	Key         string     `json:"key"`
-	State       State      `json:"state"`
-	Since       time.Time  `json:"since"`
-	RetryAt     *time.Time `json:"retry_at,omitempty"`
-	Requests    int64      `json:"requests"`
-	Failures    int64      `json:"failures"`
-	Throttled   int64      `json:"throttled"`
-	FailureRate float64    `json:"failure_rate"`
+	Key         string       `json:"key"`
+	State       State        `json:"state"`
+	Since       time.Time    `json:"since"`
+	RetryAt     *time.Time   `json:"retry_at,omitempty"`
+	Requests    int64        `json:"requests"`
+	Failures    int64        `json:"failures"`
+	Throttled   int64        `json:"throttled"`
+	FailureRate float64      `json:"failure_rate"`
+	Mode        Mode         `json:"mode"`
+	Settings    settingsJSON `json:"settings"`
+}
+
+// settingsJSON is Settings in StatusHandler's output, durations as Go
+// duration strings.
+type settingsJSON struct {
+	FailureRate    float64 `json:"failure_rate"`
+	MinRequests    int64   `json:"min_requests"`
+	Window         string  `json:"window"`
+	OpenTimeout    string  `json:"open_timeout"`
+	MaxOpenTimeout string  `json:"max_open_timeout"`
+	CallTimeout    string  `json:"call_timeout"`
+	MaxConcurrent  int64   `json:"max_concurrent"`
+	Queue          int64   `json:"queue"`
+	QueueWait      string  `json:"queue_wait"`
+}
+
+func newSettingsJSON(s Settings) settingsJSON {
+	return settingsJSON{
+		FailureRate: s.FailureRate, MinRequests: s.MinRequests, Window: s.Window.String(),
+		OpenTimeout: s.OpenTimeout.String(), MaxOpenTimeout: s.MaxOpenTimeout.String(),
+		CallTimeout: s.CallTimeout.String(), MaxConcurrent: s.MaxConcurrent,
+		Queue: s.Queue, QueueWait: s.QueueWait.String(),
+	}
 }
 
 // StatusHandler returns a handler that serves Snapshot as JSON:
 //
 //	{"breakers":[{"key":"api.example.com","state":"open","since":"…","retry_at":"…",
-//	  "requests":40,"failures":31,"throttled":0,"failure_rate":0.775}]}
+//	  "requests":40,"failures":31,"throttled":0,"failure_rate":0.775,"mode":"enforce",
+//	  "settings":{"failure_rate":0.5,"min_requests":20,"window":"10s","open_timeout":"5s",
+//	    "max_open_timeout":"1m0s","call_timeout":"0s","max_concurrent":0,"queue":0,"queue_wait":"0s"}}]}
 //
 // It names hosts, routes and states: mount it on an internal admin port
 // only, never on a mux that serves the public. It answers GET and HEAD;
@@ -107,6 +168,7 @@ func (t *Transport) StatusHandler() http.Handler {
 				Key: s.Key, State: s.State, Since: s.Since,
 				Requests: s.Requests, Failures: s.Failures, Throttled: s.Throttled,
 				FailureRate: s.FailureRate(),
+				Mode:        s.Mode, Settings: newSettingsJSON(s.Settings),
 			}
 			if !s.RetryAt.IsZero() {
 				j.RetryAt = &s.RetryAt

@@ -85,7 +85,7 @@ const (
 // WithStore shares breaker hints through s (see Store) [none]. Without a
 // Store nothing is shared. A nil s panics.
 func WithStore(s Store) Option {
-	return optionFunc(func(c *config) {
+	return structural("WithStore", func(c *config) {
 		if s == nil {
 			c.invalid("WithStore", "nil Store")
 			return

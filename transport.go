@@ -1,6 +1,7 @@
 package httpbreaker
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -32,7 +33,8 @@ const minBudget = 50 * time.Millisecond
 type Transport struct {
 	next     http.RoundTripper
 	keys     keying         // how a request picks its breaker
-	base     *policy        // what every breaker runs under; nil: not made by New
+	policies *policies      // what each breaker runs under; nil: not made by New
+	base     *policy        // policies.base: the Transport-wide policy
 	breakers breakerTable   // written with mu held
 	routes   *routeBreakers // breakers by pattern and host, under WithRoutes
 	epoch    time.Time      // clock zero: breakers keep time as nanoseconds since epoch
@@ -64,13 +66,18 @@ var errNotNew = errors.New("httpbreaker: Transport used without New: make one wi
 // panics if an option is invalid, naming the option.
 func New(next http.RoundTripper, opts ...Option) *Transport {
 	cfg := newConfig("New", opts)
+	ps, err := newPolicies(&cfg)
+	if err != nil {
+		panic(err.Error())
+	}
 	if next == nil {
 		next = cleanhttp.DefaultPooledTransport()
 	}
 	t := &Transport{
 		next:          next,
 		keys:          cfg.keys,
-		base:          &cfg.policy,
+		policies:      ps,
+		base:          ps.base,
 		epoch:         time.Now(),
 		maxBreakers:   cfg.maxBreakers,
 		onStateChange: cfg.onStateChange,
@@ -143,29 +150,50 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	defer g.unwind()
 
 	c := t.circuit(req) // the key's breaker; a KeyFunc that panics leaves the body to the guard
-	if c == nil {
-		// Unroutable, or no room for a breaker: next answers alone.
+	if c == nil || c.pol.mode == ModeOff {
+		// Unroutable, no room for a breaker, or no breaker wanted: next
+		// answers alone.
 		g.unsent = false
 		return checked(t.next.RoundTrip(req))
 	}
 	p, b, now := c.pol, &c.b, t.now()
 	tk, reason, tr := b.admit(now, &p.settings)
+	if reason == rejectBulkhead && p.queue > 0 && p.mode == ModeEnforce {
+		tk, reason, tr, err = t.wait(req, c, p)
+		if err != nil {
+			return nil, err // the caller's context ended while it waited; g closes the body
+		}
+		now = t.now() // a call timeout starts when the call leaves the line
+	}
 	if reason != admitted {
-		closeBody(req) // first: a hook or fallback that panics must not leak it
-		g.unsent = false
 		t.notify(tr)
+		if p.mode == ModeShadow {
+			c.shadowed[reason].Add(1)
+			g.unsent = false
+			return checked(t.next.RoundTrip(req)) // it would have been refused: it counts for nothing
+		}
+		c.rejected[reason].Add(1)
+		closeBody(req) // first: a fallback that panics must not leak it
+		g.unsent = false
 		return t.reject(req, c, p, reason, now)
 	}
-	g.b, g.tk = b, tk
+	g.b, g.tk = c, tk
 	t.notify(tr)
 	short := false
 	if d, ok := req.Context().Deadline(); ok {
 		short = d.Sub(t.epoch)-time.Duration(now) < minBudget
 	}
+	sent := req
+	if p.callTimeout > 0 {
+		sent, g.cancel = t.withCallTimeout(req, now, p.callTimeout)
+	}
 
 	g.unsent = false
-	resp, err = checked(t.next.RoundTrip(req))
+	resp, err = checked(t.next.RoundTrip(sent))
 	g.resp = resp
+	if g.cancel != nil {
+		resp, err = g.endCallTimeout(sent, resp, err)
+	}
 
 	o := p.classify(req, resp, err)
 	end := now
@@ -174,7 +202,7 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	}
 	o = p.judge(req, o, err, now, end, short, t.epoch)
 
-	b.release(tk)
+	c.release(tk)
 	g.b = nil
 	if o == OutcomeSuccess && p.bodyErrors && watchable(resp) {
 		resp.Body = t.watchBody(req, c, p, tk, short, resp.Body) // the body's end counts the call
@@ -193,10 +221,11 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 type guard struct {
 	t      *Transport
 	req    *http.Request
-	unsent bool           // the request body is still RoundTrip's to close
-	b      *breaker       // an admitted call not yet counted, with tk
-	tk     ticket         //
-	resp   *http.Response // a response its caller has not received
+	unsent bool               // the request body is still RoundTrip's to close
+	b      *circuit           // an admitted call not yet counted, with tk
+	tk     ticket             //
+	cancel context.CancelFunc // the call timeout's, until the body has it
+	resp   *http.Response     // a response its caller has not received
 }
 
 // unwind runs when RoundTrip ends. After a panic it closes the request
@@ -210,7 +239,10 @@ func (g *guard) unwind() {
 	}
 	if g.b != nil {
 		g.b.release(g.tk)
-		g.b.count(g.tk, OutcomeIgnored, g.t.now(), 0)
+		g.b.b.count(g.tk, OutcomeIgnored, g.t.now(), 0)
+	}
+	if g.cancel != nil {
+		g.cancel()
 	}
 	if g.resp != nil && g.resp.Body != nil {
 		g.resp.Body.Close()
@@ -284,6 +316,12 @@ func (t *Transport) Trip(key string, d time.Duration) {
 	c := t.breakers.get(key)
 	if c == nil && len(key) <= maxKeyLen {
 		c = t.create(nil, key)
+	}
+	if c != nil && c.pol.mode == ModeOff {
+		if l := t.logger; l != nil {
+			l.Warn("httpbreaker: Trip: the key's mode is off: no breaker", "breaker", key)
+		}
+		return
 	}
 	if c == nil {
 		if l := t.logger; l != nil {

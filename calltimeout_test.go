@@ -1,0 +1,155 @@
+package httpbreaker
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestCallTimeoutDeadline: the call goes to next with a deadline d after
+// admission, on a copy of the request; a request whose own deadline is
+// earlier, and a Transport without the option, send the caller's request
+// itself.
+func TestCallTimeoutDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var seen *http.Request
+		next := rtFunc(func(req *http.Request) (*http.Response, error) {
+			seen = req
+			return response(req, http.StatusOK, nil), nil
+		})
+		tr := New(next, WithCallTimeout(150*time.Millisecond))
+		req := mustReq(t, testURL)
+		resp, err := tr.RoundTrip(req)
+		require.NoError(t, err)
+		require.NotSame(t, req, seen, "req.WithContext")
+		d, ok := seen.Context().Deadline()
+		require.True(t, ok)
+		require.Equal(t, time.Now().Add(150*time.Millisecond), d)
+		_, ok = req.Context().Deadline()
+		require.False(t, ok, "the caller's request is untouched")
+		resp.Body.Close()
+
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		early := req.WithContext(ctx)
+		resp, err = tr.RoundTrip(early)
+		require.NoError(t, err)
+		require.Same(t, early, seen, "its own earlier deadline is kept")
+		resp.Body.Close()
+
+		resp, err = New(next).RoundTrip(req)
+		require.NoError(t, err)
+		require.Same(t, req, seen, "without the option nothing is wrapped")
+		resp.Body.Close()
+	})
+}
+
+// TestCallTimeoutReleasesItsContext: when the body is closed, when it is
+// read to its end, and at once on an error.
+func TestCallTimeoutReleasesItsContext(t *testing.T) {
+	var sent context.Context
+	fail := false
+	next := rtFunc(func(req *http.Request) (*http.Response, error) {
+		sent = req.Context()
+		if fail {
+			return nil, errors.New("refused")
+		}
+		resp := response(req, http.StatusOK, nil)
+		resp.Body = io.NopCloser(strings.NewReader("hello"))
+		return resp, nil
+	})
+	tr := New(next, WithCallTimeout(time.Hour))
+
+	resp, err := tr.RoundTrip(mustReq(t, testURL))
+	require.NoError(t, err)
+	require.NoError(t, sent.Err(), "held while the body is open")
+	resp.Body.Close()
+	require.ErrorIs(t, sent.Err(), context.Canceled)
+
+	resp, err = tr.RoundTrip(mustReq(t, testURL))
+	require.NoError(t, err)
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, "hello", string(b))
+	require.ErrorIs(t, sent.Err(), context.Canceled, "read to its end")
+
+	fail = true
+	_, err = get(t, tr, testURL)
+	require.Error(t, err)
+	require.ErrorIs(t, sent.Err(), context.Canceled, "released at once on an error")
+}
+
+// TestCallTimeoutIsAFailure: a call that its call timeout ends is a
+// failure however short the timeout, and says it timed out even when
+// next's own error does not.
+func TestCallTimeoutIsAFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		next := rtFunc(func(req *http.Request) (*http.Response, error) {
+			<-req.Context().Done()
+			return nil, errors.New("upstream went quiet") // not a context error
+		})
+		tr := New(next, WithMinRequests(3), WithPolicy(testKey, WithCallTimeout(10*time.Millisecond)))
+		for range 3 {
+			_, err := get(t, tr, testURL)
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			var ne net.Error
+			require.ErrorAs(t, err, &ne)
+			require.True(t, ne.Timeout())
+		}
+		require.Equal(t, StateOpen, tr.State(testKey), "10ms is under the 50ms budget rule, and still a failure")
+	})
+}
+
+// TestCallTimeoutThroughAClient: over a real connection, the body stays
+// readable until it is closed, and calls the call timeout ends trip the
+// breaker and reach the caller as timeouts.
+func TestCallTimeoutThroughAClient(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hang" {
+			select {
+			case <-r.Context().Done():
+			case <-release:
+			}
+			return
+		}
+		w.Write([]byte("first "))
+		w.(http.Flusher).Flush()
+		w.Write([]byte("second"))
+	}))
+	defer srv.Close()
+	defer close(release)
+	tr := New(nil, WithMinRequests(3), WithCallTimeout(300*time.Millisecond))
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+
+	resp, err := client.Get(srv.URL + "/")
+	require.NoError(t, err)
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, "first second", string(b))
+	require.NoError(t, resp.Body.Close())
+
+	key := strings.TrimPrefix(srv.URL, "http://")
+	for range 2 {
+		_, err := client.Get(srv.URL + "/hang")
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		var ne net.Error
+		require.ErrorAs(t, err, &ne)
+		require.True(t, ne.Timeout(), "net.Error's Timeout through http.Client")
+	}
+	require.Equal(t, StateOpen, tr.State(key))
+	resp, err = client.Get(srv.URL + "/")
+	require.NoError(t, err)
+	require.True(t, IsRejected(resp))
+	resp.Body.Close()
+}
