@@ -52,6 +52,67 @@ func BenchmarkClosed(b *testing.B) {
 	b.Run("bulkhead", func(b *testing.B) {
 		benchRoundTrip(b, New(newStub(), WithMaxConcurrent(100)), req)
 	})
+	b.Run("bulkhead-queue", func(b *testing.B) {
+		// Uncontended: the queue is never entered.
+		benchRoundTrip(b, New(newStub(), WithMaxConcurrent(100), WithQueue(64, time.Second)), req)
+	})
+	b.Run("50-policies", func(b *testing.B) {
+		var opts []Option
+		for i := range 49 {
+			opts = append(opts, WithPolicy("h"+strconv.Itoa(i)+".example.com", WithMinRequests(5)))
+		}
+		opts = append(opts, WithPolicy("api.example.com", WithMinRequests(5)))
+		benchRoundTrip(b, New(newStub(), opts...), req)
+	})
+	b.Run("call-timeout", func(b *testing.B) {
+		tr := New(bodyStub{}, WithCallTimeout(time.Second))
+		b.ReportAllocs()
+		for b.Loop() {
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			resp.Body.Close() // releases the call's context
+		}
+	})
+	b.Run("call-timeout-bare", func(b *testing.B) {
+		// The same stub without the option: call-timeout's baseline.
+		tr := New(bodyStub{})
+		b.ReportAllocs()
+		for b.Loop() {
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			resp.Body.Close()
+		}
+	})
+}
+
+// BenchmarkQueueContended: 64 callers through a bulkhead of 8 with a line
+// of 64, next yielding once per call. Every call is admitted (the line
+// never overflows) and no place is lost.
+func BenchmarkQueueContended(b *testing.B) {
+	next := rtFunc(func(*http.Request) (*http.Response, error) {
+		runtime.Gosched()
+		return &http.Response{StatusCode: 200, Body: http.NoBody}, nil
+	})
+	tr := New(next, WithMaxConcurrent(8), WithQueue(64, time.Minute))
+	req := mustReq(b, "http://api.example.com/")
+	b.SetParallelism(64 / runtime.GOMAXPROCS(0))
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			resp, err := tr.RoundTrip(req)
+			if err != nil || IsRejected(resp) {
+				b.Error("refused", err)
+				return
+			}
+		}
+	})
+	if c := tr.breakers.get("api.example.com"); c.b.inflight.Load() != 0 || c.line.waiting.Load() != 0 {
+		b.Fatalf("places lost: %d in flight, %d waiting", c.b.inflight.Load(), c.line.waiting.Load())
+	}
 }
 
 // bodyStub answers each call with a new 200 whose body is one byte.
