@@ -186,7 +186,9 @@ type breaker struct {
 	// inflight counts the calls in the bulkhead; kept only with one.
 	inflight atomic.Int64
 
-	win window
+	// win is the rolling window; a new one when the window's length
+	// changes (see configure).
+	win atomic.Pointer[window]
 
 	// cfg is the breaker's current settings, for what no call carries
 	// (State, Snapshot, time-driven transitions).
@@ -230,7 +232,28 @@ func newBreaker(key string, s *settings, now int64, f fleet) *breaker {
 func (b *breaker) init(key string, s *settings, now int64, f fleet) {
 	b.key, b.fleet, b.since, b.created = key, f, now, now
 	b.cfg.Store(s)
-	b.win.init(int64(s.window))
+	w := new(window)
+	w.init(int64(s.window))
+	b.win.Store(w)
+}
+
+// window returns the breaker's rolling window.
+func (b *breaker) window() *window { return b.win.Load() }
+
+// configure makes s the breaker's settings from now on (see
+// Transport.Update): every decision not made by a call already admitted
+// uses s. A change of window length starts a fresh window, in the state
+// the breaker is in; its totals carry over.
+func (b *breaker) configure(s *settings) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	old := b.cfg.Swap(s)
+	if old.window != s.window {
+		w := new(window)
+		w.init(int64(s.window))
+		w.retired = b.window().totals()
+		b.win.Store(w)
+	}
 }
 
 func stateOf(w uint64) State { return State(w & 3) }
@@ -360,7 +383,7 @@ func (b *breaker) count(tk ticket, o Outcome, now int64, retryAfter time.Duratio
 	if genOf(w) != tk.gen {
 		return nil
 	}
-	b.win.add(now, o)
+	b.window().add(now, o)
 	if o == OutcomeFailure || o == OutcomeThrottled {
 		b.noteRetryAfter(retryAfter, now, tk.s)
 		return b.maybeTrip(w, now, tk.s, o == OutcomeThrottled)
@@ -378,7 +401,7 @@ func (b *breaker) countProbe(tk ticket, o Outcome, now int64, retryAfter time.Du
 		return nil // a newer state already decided
 	}
 	b.releaseProbeLocked(tk.probe)
-	b.win.add(now, o)
+	b.window().add(now, o)
 	switch o {
 	case OutcomeSuccess:
 		b.results[probeSuccess]++
@@ -438,7 +461,7 @@ func (b *breaker) hintFresh(now int64, s *settings) bool {
 // outcome was counted under; the transition happens only if it is still
 // current, so it happens once.
 func (b *breaker) maybeTrip(w uint64, now int64, s *settings, throttled bool) *transition {
-	c := b.win.sums(now)
+	c := b.window().sums(now)
 	req := c.requests()
 	if req < s.minRequests {
 		if throttled {
@@ -472,7 +495,7 @@ func (b *breaker) maybeTrip(w uint64, now int64, s *settings, throttled bool) *t
 // been seen for a bucket width, so a burst that ended never counts.
 func (b *breaker) throttleSustained(now int64, c counts, s *settings, throttled bool) bool {
 	holds := float64(c[OutcomeThrottled]) >= s.failureRate*float64(c.requests())
-	if holds && !throttled && now-b.throttleLast.Load() > b.win.width {
+	if holds && !throttled && now-b.throttleLast.Load() > b.window().width {
 		holds = false // the 429s stopped: the streak is over
 	}
 	if !holds {
@@ -480,7 +503,7 @@ func (b *breaker) throttleSustained(now int64, c counts, s *settings, throttled 
 		return false
 	}
 	if throttled {
-		if since := b.throttleSince.Load(); since != 0 && now-b.throttleLast.Load() > b.win.width {
+		if since := b.throttleSince.Load(); since != 0 && now-b.throttleLast.Load() > b.window().width {
 			b.throttleSince.CompareAndSwap(since, 0) // a gap: start a new streak
 		}
 		b.throttleLast.Store(now)
@@ -630,7 +653,7 @@ func (b *breaker) openDuration(now int64, s *settings) time.Duration {
 func (b *breaker) closeLocked(at int64, reason string) *transition {
 	b.cycles = 0
 	tr := b.setLocked(StateClosed, at, reason)
-	b.win.clear()
+	b.window().clear()
 	return tr
 }
 
@@ -691,7 +714,7 @@ func (b *breaker) idle(now int64) bool {
 	if stateOf(b.word.Load()) != StateClosed || b.inflight.Load() != 0 || now-b.created < int64(b.cfg.Load().window) {
 		return false
 	}
-	c := b.win.sums(now)
+	c := b.window().sums(now)
 	return c.requests()+c[OutcomeIgnored] == 0
 }
 
@@ -760,7 +783,7 @@ func (b *breaker) stats(now int64, advance bool) (stats, *transition) {
 	st.probes = b.results
 	st.open = time.Duration(b.openTotalLocked(now))
 	b.mu.Unlock()
-	st.window = b.win.sums(now)
-	st.totals = b.win.totals()
+	st.window = b.window().sums(now)
+	st.totals = b.window().totals()
 	return st, tr
 }

@@ -328,7 +328,7 @@ func TestResetStartsTheGenerationBeforeClearing(t *testing.T) {
 	_, _ = get(t, tr, testURL)
 	b := &tr.breakers.get(testKey).b
 	gen := genOf(b.word.Load())
-	b.win.mu.Lock()
+	b.window().mu.Lock()
 	done := make(chan struct{})
 	go func() { defer close(done); tr.Reset(testKey) }()
 	deadline := time.Now().Add(10 * time.Second)
@@ -336,7 +336,7 @@ func TestResetStartsTheGenerationBeforeClearing(t *testing.T) {
 		runtime.Gosched()
 	}
 	moved := genOf(b.word.Load()) != gen
-	b.win.mu.Unlock()
+	b.window().mu.Unlock()
 	<-done
 	require.True(t, moved, "the generation moved while the clear waited")
 }

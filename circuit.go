@@ -11,7 +11,7 @@ import (
 // policy its calls run under, and the Transport's own bookkeeping for it.
 type circuit struct {
 	b    breaker
-	pol  *policy
+	pol  atomic.Pointer[policy] // what its calls run under; a call loads it once
 	hash uint64 // of the key in the Transport's table; set before it is published
 	// evicted is set when the Transport drops the circuit, for those that
 	// still hold a pointer to it (see Transport.routeCircuit).
@@ -61,7 +61,7 @@ func (t *Transport) keyCircuit(req *http.Request, key string) *circuit {
 // (for a request; nil for an operator's key), and returns nil when even
 // that has no room.
 func (t *Transport) create(req *http.Request, key string) *circuit {
-	if t.base == nil {
+	if t.policies.Load() == nil {
 		return nil // not made by New: no breakers
 	}
 	if k := canonicalKey(key); k != key {
@@ -86,12 +86,10 @@ func (t *Transport) create(req *http.Request, key string) *circuit {
 		t.mu.Unlock()
 		return t.existing(req, key)
 	}
-	pol, err := t.policies.resolve(key)
-	if err != nil { // cannot happen: New checked every selector's policy
-		pol = t.policies.base
-	}
-	c := &circuit{pol: pol}
-	c.b.init(strings.Clone(key), &c.pol.settings, now, t.member) // the key: not the request's memory
+	c := new(circuit)
+	pol := t.policies.Load().of(key)
+	c.pol.Store(pol)
+	c.b.init(strings.Clone(key), &pol.settings, now, t.member) // the key: not the request's memory
 	t.breakers.insert(c)
 	t.mu.Unlock()
 	t.learn(c)
@@ -154,7 +152,7 @@ func (t *Transport) evictLocked(now int64) bool {
 		return true
 	})
 	if victim == nil {
-		t.nextEvict.Store(now + int64(t.base.window)/bucketCount)
+		t.nextEvict.Store(now + int64(t.policies.Load().base.window)/bucketCount)
 		return false
 	}
 	t.breakers.remove(victim)

@@ -192,7 +192,8 @@ func requireNoLock(t *testing.T, mu *sync.Mutex, what string, f func() error) {
 // clock time 0, in no Transport.
 func testCircuit(key string) *circuit {
 	cfg := defaultConfig()
-	c := &circuit{pol: &cfg.policy}
-	c.b.init(key, &c.pol.settings, 0, nil)
+	c := new(circuit)
+	c.pol.Store(&cfg.policy)
+	c.b.init(key, &cfg.policy.settings, 0, nil)
 	return c
 }

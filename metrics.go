@@ -19,6 +19,8 @@ type collector struct {
 	openSeconds      *prometheus.Desc
 	probes           *prometheus.Desc
 
+	updates *prometheus.Desc
+
 	// storeErrors is set when the Store counts its errors.
 	storeErrors *prometheus.Desc
 	store       errorCounter
@@ -49,6 +51,9 @@ func newCollector(t *Transport) *collector {
 		openSeconds: prometheus.NewDesc("breaker_open_seconds_total",
 			"Time the breaker has spent open, in seconds.",
 			l, nil),
+		updates: prometheus.NewDesc("breaker_config_updates_total",
+			"Calls of Transport.Update, by result: ok (the settings changed) or error (nothing changed).",
+			[]string{"result"}, nil),
 		probes: prometheus.NewDesc("breaker_probes_total",
 			"Half-open probes by result: success, failure (the dependency is still down), timeout (the probe outlived the probe bound) and ignored (cancelled or throttled).",
 			[]string{"breaker", "result"}, nil),
@@ -79,6 +84,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.transitions
 	ch <- c.openSeconds
 	ch <- c.probes
+	ch <- c.updates
 	if c.storeErrors != nil {
 		ch <- c.storeErrors
 	}
@@ -90,13 +96,17 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	now := c.t.now()
 	c.t.breakers.eachKey(func(k *circuit) bool { // a second series would fail the scrape
-		if k.pol.mode == ModeOff {
+		if k.pol.Load().mode == ModeOff {
 			return true // no breaker
 		}
 		st, _ := k.b.stats(now, false)
 		c.emit(ch, k, &st)
 		return true
 	})
+	if ok, bad := c.t.updates.Load(), c.t.updateErrors.Load(); ok+bad > 0 { // from the first Update on
+		ch <- prometheus.MustNewConstMetric(c.updates, prometheus.CounterValue, float64(ok), "ok")
+		ch <- prometheus.MustNewConstMetric(c.updates, prometheus.CounterValue, float64(bad), "error")
+	}
 	if c.storeErrors != nil {
 		ch <- prometheus.MustNewConstMetric(c.storeErrors, prometheus.CounterValue, float64(c.store.Errors()))
 	}
@@ -117,7 +127,7 @@ func (c *collector) emit(ch chan<- prometheus.Metric, k *circuit, m *stats) {
 	}
 	for r := rejectOpen; r < numReasons; r++ {
 		ch <- prometheus.MustNewConstMetric(c.rejections, counter, float64(k.rejected[r].Load()), key, r.String())
-		if k.pol.mode == ModeShadow {
+		if k.pol.Load().mode == ModeShadow {
 			ch <- prometheus.MustNewConstMetric(c.shadowRejections, counter, float64(k.shadowed[r].Load()), key, r.String())
 		}
 	}

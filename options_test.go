@@ -94,8 +94,8 @@ func TestWithMetricsRegistrationConflictPanics(t *testing.T) {
 func TestUnsetMaxOpenTimeoutFollowsTheOpenTimeout(t *testing.T) {
 	var tr *Transport
 	require.NotPanics(t, func() { tr = New(nil, WithOpenTimeout(10*time.Minute)) })
-	require.Equal(t, 10*time.Minute, tr.base.maxOpenTimeout)
-	require.Equal(t, 60*time.Second, New(nil, WithOpenTimeout(time.Second)).base.maxOpenTimeout)
+	require.Equal(t, 10*time.Minute, tr.policies.Load().base.maxOpenTimeout)
+	require.Equal(t, 60*time.Second, New(nil, WithOpenTimeout(time.Second)).policies.Load().base.maxOpenTimeout)
 	require.PanicsWithValue(t, "httpbreaker: WithMaxOpenTimeout: maximum open timeout 1m0s is shorter than the open timeout 10m0s", func() {
 		New(nil, WithOpenTimeout(10*time.Minute), WithMaxOpenTimeout(time.Minute))
 	})

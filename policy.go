@@ -256,6 +256,16 @@ func newPolicies(c *config) (*policies, error) {
 	return ps, nil
 }
 
+// of returns the policy of key. It cannot fail: New and Update check
+// what every selector resolves to.
+func (ps *policies) of(key string) *policy {
+	p, err := ps.resolve(key)
+	if err != nil {
+		return ps.base
+	}
+	return p
+}
+
 // resolve returns the policy of key: the Transport-wide policy with every
 // rule that names key applied over it, from the widest.
 func (ps *policies) resolve(key string) (*policy, error) {

@@ -14,7 +14,7 @@ import (
 // minOf returns the MinRequests the breaker of key resolves to in tr.
 func minOf(t *testing.T, tr *Transport, key string) int64 {
 	t.Helper()
-	p, err := tr.policies.resolve(key)
+	p, err := tr.policies.Load().resolve(key)
 	require.NoError(t, err)
 	return p.minRequests
 }
@@ -88,7 +88,7 @@ func TestPolicyPrecedence(t *testing.T) {
 		tr := New(nil, WithFailureRate(0.9), WithOpenTimeout(2*time.Second),
 			WithPolicy("*.internal", WithMinRequests(3)),
 			WithPolicy("a.b.internal", WithFailureRate(0.25)))
-		p, err := tr.policies.resolve(key)
+		p, err := tr.policies.Load().resolve(key)
 		require.NoError(t, err)
 		require.EqualValues(t, 3, p.minRequests)
 		require.Equal(t, 0.25, p.failureRate)
@@ -97,16 +97,16 @@ func TestPolicyPrecedence(t *testing.T) {
 	})
 	t.Run("the same selector twice applies both, the later winning", func(t *testing.T) {
 		tr := New(nil, WithPolicy("h", WithMinRequests(3), WithFailureRate(0.3)), WithPolicy("h", WithMinRequests(4)))
-		p, err := tr.policies.resolve("h")
+		p, err := tr.policies.Load().resolve("h")
 		require.NoError(t, err)
 		require.EqualValues(t, 4, p.minRequests)
 		require.Equal(t, 0.3, p.failureRate)
 	})
 	t.Run("a key no selector names shares the Transport-wide policy", func(t *testing.T) {
 		tr := New(nil, WithPolicy("h", WithMinRequests(3)))
-		p, err := tr.policies.resolve("other")
+		p, err := tr.policies.Load().resolve("other")
 		require.NoError(t, err)
-		require.Same(t, tr.base, p)
+		require.Same(t, tr.policies.Load().base, p)
 	})
 }
 
@@ -217,11 +217,11 @@ func TestPolicyFallbacksAndRejectionApart(t *testing.T) {
 func TestPolicyCostsNothingPerRequest(t *testing.T) {
 	tr := New(newDep(200), WithPolicy("api.test", WithMinRequests(3)))
 	_, _ = get(t, tr, testURL)
-	p := tr.breakers.get(testKey).pol
+	p := tr.breakers.get(testKey).pol.Load()
 	for range 10 {
 		_, _ = get(t, tr, testURL)
 	}
-	require.Same(t, p, tr.breakers.get(testKey).pol)
+	require.Same(t, p, tr.breakers.get(testKey).pol.Load())
 	plain := New(newStub())
 	var policies []Option
 	for i := range 50 {

@@ -70,7 +70,7 @@ func (t *Transport) Snapshot() []Status {
 	var out []Status
 	var trs []*transition
 	t.breakers.eachKey(func(c *circuit) bool {
-		if c.pol.mode == ModeOff {
+		if c.pol.Load().mode == ModeOff {
 			return true // no breaker
 		}
 		st, tr := c.b.stats(now, true)
@@ -89,6 +89,7 @@ func (t *Transport) Snapshot() []Status {
 
 // status is the Status of circuit c whose breaker's stats are st.
 func (t *Transport) status(c *circuit, st *stats) Status {
+	p := c.pol.Load()
 	s := Status{
 		Key:       c.key(),
 		State:     st.state,
@@ -96,8 +97,8 @@ func (t *Transport) status(c *circuit, st *stats) Status {
 		Requests:  st.window.requests(),
 		Failures:  st.window[OutcomeFailure],
 		Throttled: st.window[OutcomeThrottled],
-		Mode:      c.pol.mode,
-		Settings:  c.pol.effective(),
+		Mode:      p.mode,
+		Settings:  p.effective(),
 	}
 	if st.state == StateOpen {
 		s.RetryAt = t.epoch.Add(time.Duration(st.retryAt))

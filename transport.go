@@ -33,8 +33,7 @@ const minBudget = 50 * time.Millisecond
 type Transport struct {
 	next     http.RoundTripper
 	keys     keying         // how a request picks its breaker
-	policies *policies      // what each breaker runs under; nil: not made by New
-	base     *policy        // policies.base: the Transport-wide policy
+	policies atomic.Pointer[policies] // what each breaker runs under; nil: not made by New
 	breakers breakerTable   // written with mu held
 	routes   *routeBreakers // breakers by pattern and host, under WithRoutes
 	epoch    time.Time      // clock zero: breakers keep time as nanoseconds since epoch
@@ -45,7 +44,9 @@ type Transport struct {
 	store         Store
 	member        Member // this Transport's place in store
 
-	mu sync.Mutex // guards creation and eviction of breakers
+	updates, updateErrors atomic.Int64 // Update calls, by result
+
+	mu sync.Mutex // guards creation and eviction of breakers, and Update
 	// nextEvict is the clock time before which no breaker can be evicted:
 	// set, under mu, when the cap is reached and none is idle. Until then
 	// there is no room for a new breaker, which create learns without mu.
@@ -76,14 +77,13 @@ func New(next http.RoundTripper, opts ...Option) *Transport {
 	t := &Transport{
 		next:          next,
 		keys:          cfg.keys,
-		policies:      ps,
-		base:          ps.base,
 		epoch:         time.Now(),
 		maxBreakers:   cfg.maxBreakers,
 		onStateChange: cfg.onStateChange,
 		logger:        cfg.logger,
 		store:         cfg.store,
 	}
+	t.policies.Store(ps)
 	t.breakers.init()
 	if m := cfg.keys.routes; m != nil {
 		t.routes = newRouteBreakers(len(m.patterns))
@@ -142,7 +142,7 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	if req == nil {
 		return nil, errors.New("httpbreaker: nil Request")
 	}
-	if t.base == nil {
+	if t.policies.Load() == nil {
 		closeBody(req)
 		return nil, errNotNew
 	}
@@ -150,13 +150,13 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	defer g.unwind()
 
 	c := t.circuit(req) // the key's breaker; a KeyFunc that panics leaves the body to the guard
-	if c == nil || c.pol.mode == ModeOff {
+	if c == nil || c.pol.Load().mode == ModeOff {
 		// Unroutable, no room for a breaker, or no breaker wanted: next
 		// answers alone.
 		g.unsent = false
 		return checked(t.next.RoundTrip(req))
 	}
-	p, b, now := c.pol, &c.b, t.now()
+	p, b, now := c.pol.Load(), &c.b, t.now() // one policy for the whole call, whatever Update does
 	tk, reason, tr := b.admit(now, &p.settings)
 	if reason == rejectBulkhead && p.queue > 0 && p.mode == ModeEnforce {
 		tk, reason, tr, err = t.wait(req, c, p)
@@ -317,7 +317,7 @@ func (t *Transport) Trip(key string, d time.Duration) {
 	if c == nil && len(key) <= maxKeyLen {
 		c = t.create(nil, key)
 	}
-	if c != nil && c.pol.mode == ModeOff {
+	if c != nil && c.pol.Load().mode == ModeOff {
 		if l := t.logger; l != nil {
 			l.Warn("httpbreaker: Trip: the key's mode is off: no breaker", "breaker", key)
 		}

@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/go-cleanhttp"
-
 	"github.com/httpbreaker/httpbreaker"
 )
 
@@ -55,9 +53,10 @@ type payAnswer struct {
 	RetryAfterSeconds int      `json:"retry_after_seconds,omitempty"`
 }
 
-// Breaker settings shared by the three clients. Small numbers so that the
-// demo trips after a few calls; the long open timeout keeps the breakers
-// open for the whole demo, so what it shows does not depend on timing.
+// Transport-wide breaker settings, under every policy. Small numbers so
+// that the demo trips after a few calls; the long open timeouts keep the
+// breakers open for the whole demo, so what it shows does not depend on
+// timing.
 var breakerOptions = []httpbreaker.Option{
 	httpbreaker.WithMinRequests(3),
 	httpbreaker.WithOpenTimeout(10 * time.Second),
@@ -79,39 +78,50 @@ var breakerOptions = []httpbreaker.Option{
 //   - Payments: required, and there is nothing true to say instead. No
 //     fallback: the customer gets 503 with Retry-After and "you have not
 //     been charged", never a fabricated receipt.
+//
+// All three go through one client and one Transport; a policy per host
+// (WithPolicy) gives each dependency its answer and its limits.
 type storefront struct {
-	upstream string // base URL of the dependencies
-
-	catalogue   *http.Client
-	catTr       *httpbreaker.Transport
-	cache       *staleCache
-	recommender *http.Client
-	recTr       *httpbreaker.Transport
-	payments    *http.Client
-	payTr       *httpbreaker.Transport
+	client *http.Client           // the only one, for all three dependencies
+	tr     *httpbreaker.Transport // client.Transport
+	cache  *staleCache
 
 	mux *http.ServeMux
 }
 
-// newStorefront returns a storefront whose dependencies live at upstream.
-func newStorefront(upstream string) *storefront {
-	s := &storefront{upstream: upstream, cache: &staleCache{entries: map[string]cached{}}}
-
-	// Catalogue: the breaker's next RoundTripper keeps a copy of every
-	// good product page, and WithFallback serves that copy, marked
-	// stale, when the breaker refuses a call.
-	s.catTr = httpbreaker.New(&cachingTransport{next: cleanhttp.DefaultPooledTransport(), cache: s.cache},
-		append(breakerOptions, httpbreaker.WithFallback(s.cache.fallback))...)
-	s.catalogue = &http.Client{Transport: s.catTr, Timeout: 2 * time.Second}
-
-	// Recommendations: WithFallback answers with the default list.
-	s.recTr = httpbreaker.New(nil, append(breakerOptions, httpbreaker.WithFallback(defaultRecommendations))...)
-	s.recommender = &http.Client{Transport: s.recTr, Timeout: 2 * time.Second}
-
-	// Payments: no WithFallback. The caller (pay) sees the synthetic 503
-	// through IsRejected and decides; see pay for why.
-	s.payTr = httpbreaker.New(nil, breakerOptions...)
-	s.payments = &http.Client{Transport: s.payTr, Timeout: 5 * time.Second}
+// newStorefront returns a storefront that reaches its dependencies
+// through next, which knows where catalogue.internal, recs.internal and
+// payments.internal are.
+func newStorefront(next http.RoundTripper) *storefront {
+	s := &storefront{cache: &staleCache{entries: map[string]cached{}}}
+	s.tr = httpbreaker.New(
+		// Below the breaker, keep a copy of every good product page.
+		&cachingTransport{next: next, host: catalogueHost, cache: s.cache},
+		append(breakerOptions,
+			// Catalogue: WithFallback serves the kept copy, marked
+			// stale, when the breaker refuses a call.
+			httpbreaker.WithPolicy(catalogueHost,
+				httpbreaker.WithCallTimeout(2*time.Second),
+				httpbreaker.WithFallback(s.cache.fallback)),
+			// Recommendations: a short call timeout, so that a hung
+			// recommender costs a page 150ms and trips its breaker;
+			// a small bulkhead; the default list when refused.
+			httpbreaker.WithPolicy(recsHost,
+				httpbreaker.WithCallTimeout(150*time.Millisecond),
+				httpbreaker.WithMaxConcurrent(10),
+				httpbreaker.WithFallback(defaultRecommendations)),
+			// Payments: trips early and stays open long, at most 40
+			// calls in flight, and no WithFallback: the caller (pay)
+			// sees the synthetic 503 through IsRejected and decides;
+			// see pay for why.
+			httpbreaker.WithPolicy(paymentsHost,
+				httpbreaker.WithFailureRate(0.25),
+				httpbreaker.WithOpenTimeout(30*time.Second),
+				httpbreaker.WithMaxConcurrent(40)),
+		)...)
+	// The client's Timeout bounds every call; the policies' call timeouts
+	// are the shorter budgets of the catalogue and the recommender.
+	s.client = &http.Client{Transport: s.tr, Timeout: 5 * time.Second}
 
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("GET /products/{id}", s.product)
@@ -123,12 +133,8 @@ func newStorefront(upstream string) *storefront {
 // ServeHTTP serves the storefront's API.
 func (s *storefront) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
-// close closes the clients' idle connections.
-func (s *storefront) close() {
-	s.catalogue.CloseIdleConnections()
-	s.recommender.CloseIdleConnections()
-	s.payments.CloseIdleConnections()
-}
+// close closes the client's idle connections.
+func (s *storefront) close() { s.client.CloseIdleConnections() }
 
 // product serves GET /products/{id}: fresh from the catalogue, or the
 // last good copy marked stale.
@@ -152,11 +158,11 @@ func (s *storefront) product(w http.ResponseWriter, r *http.Request) {
 // getProduct reads product id from the catalogue. stale reports that it
 // came from the cache, age how old the copy is.
 func (s *storefront) getProduct(ctx context.Context, id string) (p product, age time.Duration, stale bool, err error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.upstream+"/products/"+id, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+catalogueHost+"/products/"+id, nil)
 	if err != nil {
 		return p, 0, false, err
 	}
-	resp, err := s.catalogue.Do(req)
+	resp, err := s.client.Do(req)
 	if err == nil && resp.StatusCode >= 500 {
 		resp.Body.Close()
 		err = errors.New("catalogue: " + resp.Status)
@@ -187,12 +193,12 @@ func (s *storefront) getProduct(ctx context.Context, id string) (p product, age 
 // recommendations serves GET /recommendations/{user}: personalised, or
 // the default list marked degraded.
 func (s *storefront) recommendations(w http.ResponseWriter, r *http.Request) {
-	req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, s.upstream+"/recommendations/"+r.PathValue("user"), nil)
+	req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, "http://"+recsHost+"/recommendations/"+r.PathValue("user"), nil)
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "bad user"})
 		return
 	}
-	resp, err := s.recommender.Do(req)
+	resp, err := s.client.Do(req)
 	if err == nil && resp.StatusCode != http.StatusOK {
 		resp.Body.Close()
 		err = errors.New("recommender: " + resp.Status)
@@ -235,7 +241,7 @@ func (s *storefront) pay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body, _ := json.Marshal(in)
-	req, err := http.NewRequestWithContext(r.Context(), http.MethodPost, s.upstream+"/payments", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(r.Context(), http.MethodPost, "http://"+paymentsHost+"/payments", bytes.NewReader(body))
 	if err != nil {
 		writeJSON(w, http.StatusInternalServerError, payAnswer{Error: "internal error"})
 		return
@@ -245,7 +251,7 @@ func (s *storefront) pay(w http.ResponseWriter, r *http.Request) {
 	// outcome cannot charge twice.
 	req.Header.Set("Idempotency-Key", key)
 
-	resp, err := s.payments.Do(req)
+	resp, err := s.client.Do(req)
 	switch {
 	case err == nil && httpbreaker.IsRejected(resp):
 		// Never sent: not charged, safe to retry after the breaker's
@@ -315,9 +321,9 @@ type cached struct {
 	stored time.Time
 }
 
-// staleCache keeps the last good body of every GET, by URL. It never
-// serves while the dependency is up: only the fallback and the error path
-// read it. (A real one would bound its size.)
+// staleCache keeps the last good body of every catalogue GET, by URL. It
+// never serves while the catalogue is up: only the fallback and the error
+// path read it. (A real one would bound its size.)
 type staleCache struct {
 	mu      sync.Mutex
 	entries map[string]cached // guarded by mu
@@ -370,17 +376,19 @@ func (c *staleCache) fallback(req *http.Request, _ error) (*http.Response, error
 	return nil, nil
 }
 
-// cachingTransport is the catalogue breaker's next RoundTripper: it passes
-// requests on and keeps the body of every 200 answer to a GET.
+// cachingTransport is the Transport's next RoundTripper: it passes every
+// request on, and keeps the body of every 200 answer to a GET to host (the
+// catalogue) for the catalogue's fallback.
 type cachingTransport struct {
 	next  http.RoundTripper
+	host  string // whose answers are kept
 	cache *staleCache
 }
 
 // RoundTrip implements http.RoundTripper.
 func (t *cachingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.next.RoundTrip(req)
-	if err != nil || req.Method != http.MethodGet || resp.StatusCode != http.StatusOK {
+	if err != nil || req.Method != http.MethodGet || req.URL.Hostname() != t.host || resp.StatusCode != http.StatusOK {
 		return resp, err
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
@@ -400,13 +408,4 @@ func (t *cachingTransport) CloseIdleConnections() {
 	if c, ok := t.next.(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
 	}
-}
-
-// keyOf returns the breaker key of a URL: its host, as HostKey makes it.
-func keyOf(rawURL string) string {
-	req, err := http.NewRequest(http.MethodGet, rawURL, nil)
-	if err != nil {
-		return ""
-	}
-	return httpbreaker.HostKey(req)
 }

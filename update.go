@@ -1,0 +1,159 @@
+package httpbreaker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+)
+
+// Update replaces the Transport's tunable settings with opts applied to
+// the defaults — exactly what New would make of the same options,
+// WithPolicy included — and keeps every breaker's state: its window (a
+// breaker whose window length changes starts a fresh window, in the state
+// it is in), its open period and backoff, its probes and its generation.
+// New settings decide from the next decision on: an open breaker keeps
+// the open period it has, and calls already admitted finish under the
+// settings they were admitted with. A key switched to ModeOff loses its
+// breaker; a key switched back from it starts closed.
+//
+// The options that shape the Transport (WithKeyFunc, WithRoutes,
+// WithMaxBreakers, WithMetrics, WithLogger, WithOnStateChange, WithStore)
+// stay as New set them. Passing one, or any invalid value, makes Update
+// return an error naming the option, and then nothing changes.
+//
+// Update is safe during traffic: a request sees the old settings or the
+// new ones, never a mix, and never waits for Update. With a logger, it
+// logs at Info each setting whose value changed, and for which selector;
+// with metrics, breaker_config_updates_total counts its calls by result.
+func (t *Transport) Update(opts ...Option) error {
+	err := t.update(opts)
+	if err != nil {
+		t.updateErrors.Add(1)
+		if l := t.logger; l != nil {
+			l.Warn("httpbreaker: Update refused; the settings stay as they were", "error", err)
+		}
+		return err
+	}
+	t.updates.Add(1)
+	return nil
+}
+
+// update is Update without its accounting.
+func (t *Transport) update(opts []Option) error {
+	old := t.policies.Load()
+	if old == nil {
+		return errNotNew
+	}
+	c := defaultConfig()
+	for _, o := range opts {
+		switch o := o.(type) {
+		case nil:
+			return errors.New("httpbreaker: Update: nil Option")
+		case option:
+			if o.transport && o.name != "WithPolicy" {
+				return fmt.Errorf("httpbreaker: Update: %s shapes the Transport and stays as New set it", o.name)
+			}
+		}
+	}
+	c.applyAll("Update", opts)
+	if len(c.errs) > 0 {
+		return errors.New(c.errs[0])
+	}
+	ps, err := newPolicies(&c)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock() // no breaker is made while the policies change under it
+	t.policies.Store(ps)
+	var gone []*circuit
+	t.breakers.each(func(k *circuit) bool {
+		from, to := k.pol.Load(), ps.of(k.key())
+		if (from.mode == ModeOff) != (to.mode == ModeOff) {
+			gone = append(gone, k) // to off: no breaker; from off: a closed one, made anew
+			return true
+		}
+		k.pol.Store(to)
+		k.b.configure(&to.settings)
+		return true
+	})
+	for _, k := range gone {
+		t.breakers.remove(k)
+		k.evicted.Store(true)
+	}
+	t.mu.Unlock()
+	if l := t.logger; l != nil {
+		logChanges(l, old, ps)
+	}
+	return nil
+}
+
+// logChanges logs at Info each setting whose value differs between the
+// policies from and to: Transport-wide, and for each selector either
+// names.
+func logChanges(l *slog.Logger, from, to *policies) {
+	logDiff(l, "*", from.base, to.base)
+	var sels []string
+	for _, ps := range []*policies{from, to} {
+		for _, r := range ps.rules {
+			if !slices.Contains(sels, r.sel.text) {
+				sels = append(sels, r.sel.text)
+			}
+		}
+	}
+	for _, sel := range sels {
+		s, _ := parseSelector(sel)
+		logDiff(l, sel, from.of(s.example()), to.of(s.example()))
+	}
+}
+
+// logDiff logs each setting that differs between a and b, for selector.
+func logDiff(l *slog.Logger, selector string, a, b *policy) {
+	va, vb := describe(a), describe(b)
+	for i := range va {
+		if va[i].value != vb[i].value {
+			l.LogAttrs(context.Background(), slog.LevelInfo, "httpbreaker: setting changed",
+				slog.String("selector", selector), slog.String("setting", va[i].name),
+				slog.String("from", va[i].value), slog.String("to", vb[i].value))
+		}
+	}
+}
+
+// setting is one named value of a policy, as logs show it.
+type setting struct{ name, value string }
+
+// describe lists p's settings by their declarative names (see Config).
+// Functions show as "default" or "set": two different functions set one
+// after the other show no change.
+func describe(p *policy) []setting {
+	return []setting{
+		{"mode", p.mode.String()},
+		{"failure_rate", fmt.Sprint(p.failureRate)},
+		{"min_requests", fmt.Sprint(p.minRequests)},
+		{"window", p.window.String()},
+		{"slow_call_threshold", p.slowCall.String()},
+		{"open_timeout", p.openTimeout.String()},
+		{"max_open_timeout", p.maxOpenTimeout.String()},
+		{"jitter", fmt.Sprint(p.jitter)},
+		{"half_open_probes", fmt.Sprint(p.halfOpenProbes)},
+		{"probes_to_close", fmt.Sprint(p.probesToClose)},
+		{"throttle_sustain", p.throttleSustain.String()},
+		{"max_concurrent", fmt.Sprint(p.maxConcurrent)},
+		{"queue", fmt.Sprint(p.queue)},
+		{"queue_wait", p.queueWait.String()},
+		{"call_timeout", p.callTimeout.String()},
+		{"body_errors", fmt.Sprint(p.bodyErrors)},
+		{"reject_as_error", fmt.Sprint(p.rejectAsError)},
+		{"classifier", isSet(p.classifier != nil)},
+		{"fallback", isSet(p.fallback != nil)},
+	}
+}
+
+// isSet shows whether a function is set.
+func isSet(set bool) string {
+	if set {
+		return "set"
+	}
+	return "default"
+}

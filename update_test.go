@@ -1,0 +1,270 @@
+package httpbreaker
+
+import (
+	"bytes"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+)
+
+// TestUpdateThresholdStepTable: trip at the old threshold, Update, no trip
+// where the new one says no, trip where it says yes; the breaker that
+// tripped before stays open with the same open period.
+func TestUpdateThresholdStepTable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(500)
+		tr := New(d, WithMinRequests(4), WithJitter(0), WithOpenTimeout(10*time.Second))
+		for range 4 {
+			_, _ = get(t, tr, "http://old.test/")
+		}
+		require.Equal(t, StateOpen, tr.State("old.test"))
+		retryAt := tr.Snapshot()[0].RetryAt
+
+		require.NoError(t, tr.Update(WithMinRequests(8), WithJitter(0), WithOpenTimeout(time.Second)))
+		s := tr.Snapshot()[0]
+		require.Equal(t, StateOpen, s.State, "an open breaker stays open")
+		require.Equal(t, retryAt, s.RetryAt, "with the open period it has")
+		require.EqualValues(t, 8, s.Settings.MinRequests)
+
+		for i := range 8 {
+			_, _ = get(t, tr, "http://new.test/")
+			want := StateClosed
+			if i == 7 {
+				want = StateOpen
+			}
+			require.Equal(t, want, tr.State("new.test"), "call %d", i+1)
+		}
+		require.Equal(t, time.Second, time.Until(tr.Snapshot()[0].RetryAt), "the new open timeout")
+	})
+}
+
+// TestUpdateKeepsState: counts (when the window length is unchanged),
+// backoff and probes survive an Update; a new window length starts a
+// fresh window in the breaker's state.
+func TestUpdateKeepsState(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(500)
+		tr := New(d, WithMinRequests(10))
+		for range 5 {
+			_, _ = get(t, tr, testURL)
+		}
+		require.NoError(t, tr.Update(WithMinRequests(10), WithFailureRate(0.9)))
+		s := tr.Snapshot()[0]
+		require.EqualValues(t, 5, s.Requests, "the window is kept")
+		for range 5 {
+			_, _ = get(t, tr, testURL)
+		}
+		require.Equal(t, StateOpen, tr.State(testKey), "the kept counts decide: 10 of 10")
+
+		require.NoError(t, tr.Update(WithMinRequests(10), WithWindow(20*time.Second)))
+		s = tr.Snapshot()[0]
+		require.Equal(t, StateOpen, s.State)
+		require.Zero(t, s.Requests, "a new window length: a fresh window")
+		require.Equal(t, 20*time.Second, s.Settings.Window)
+	})
+	synctest.Test(t, func(t *testing.T) {
+		// Backoff: a failed probe cycle before the Update doubles the
+		// open period after it.
+		d := newDep(500)
+		tr := New(d, WithMinRequests(1), WithJitter(0), WithOpenTimeout(time.Second))
+		_, _ = get(t, tr, testURL)
+		time.Sleep(time.Second)
+		_, _ = get(t, tr, testURL) // the probe fails: 2s
+		require.NoError(t, tr.Update(WithMinRequests(1), WithJitter(0), WithOpenTimeout(3*time.Second)))
+		time.Sleep(2 * time.Second)
+		_, _ = get(t, tr, testURL) // fails again: 3s doubled twice
+		require.Equal(t, 12*time.Second, time.Until(tr.Snapshot()[0].RetryAt))
+	})
+}
+
+// TestUpdateInFlightKeepsItsSettings: a call admitted before an Update
+// is judged by the policy it was admitted under.
+func TestUpdateInFlightKeepsItsSettings(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(200)
+		var judged []string
+		var mu sync.Mutex
+		tagged := func(tag string) Classifier {
+			return func(req *http.Request, resp *http.Response, err error) Outcome {
+				mu.Lock()
+				judged = append(judged, tag)
+				mu.Unlock()
+				return DefaultClassifier(req, resp, err)
+			}
+		}
+		tr := New(d, WithClassifier(tagged("old")))
+		d.block()
+		done := make(chan struct{})
+		go func() { _, _ = get(t, tr, testURL); close(done) }()
+		synctest.Wait()
+		require.NoError(t, tr.Update(WithClassifier(tagged("new"))))
+		d.release()
+		<-done
+		_, _ = get(t, tr, testURL)
+		require.Equal(t, []string{"old", "new"}, judged)
+	})
+}
+
+func TestUpdateRefusesWhatShapesTheTransport(t *testing.T) {
+	for _, tc := range []struct {
+		opt  Option
+		name string
+	}{
+		{WithKeyFunc(HostKey), "WithKeyFunc"},
+		{WithRoutes("/x"), "WithRoutes"},
+		{WithMaxBreakers(5), "WithMaxBreakers"},
+		{WithMetrics(prometheus.NewRegistry()), "WithMetrics"},
+		{WithLogger(slog.Default()), "WithLogger"},
+		{WithOnStateChange(nil), "WithOnStateChange"},
+		{WithStore(&memStore{}), "WithStore"},
+		{WithFailureRate(1.5), "WithFailureRate"},
+		{WithWindow(-time.Second), "WithWindow"},
+		{WithPolicy("h", WithKeyFunc(HostKey)), "WithKeyFunc"},
+		{WithPolicy("", WithMinRequests(1)), "WithPolicy"},
+		{WithPolicy("h", WithMaxOpenTimeout(time.Second)), "WithMaxOpenTimeout"},
+		{nil, "nil Option"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := prometheus.NewPedanticRegistry()
+			tr := New(newDep(200), WithMinRequests(7), WithMetrics(reg))
+			_, _ = get(t, tr, testURL)
+			err := tr.Update(WithMinRequests(3), tc.opt)
+			require.ErrorContains(t, err, tc.name)
+			require.EqualValues(t, 7, tr.Snapshot()[0].Settings.MinRequests, "nothing changed")
+			require.Equal(t, 1.0, gaugeValue(t, reg, "breaker_config_updates_total", `result="error"`))
+			require.Zero(t, gaugeValue(t, reg, "breaker_config_updates_total", `result="ok"`))
+		})
+	}
+}
+
+// TestUpdateModeOffAndBack: a key switched to ModeOff loses its breaker;
+// switched back, it starts closed.
+func TestUpdateModeOffAndBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(200)
+		tr := New(d)
+		tr.Trip(testKey, time.Hour)
+		require.Equal(t, StateOpen, tr.State(testKey))
+		require.NoError(t, tr.Update(WithPolicy(testKey, WithMode(ModeOff))))
+		require.Empty(t, tr.Snapshot())
+		resp, err := get(t, tr, testURL)
+		require.NoError(t, err)
+		require.False(t, IsRejected(resp), "no breaker: straight to next")
+		require.NoError(t, tr.Update())
+		resp, err = get(t, tr, testURL)
+		require.NoError(t, err)
+		require.False(t, IsRejected(resp))
+		s := tr.Snapshot()
+		require.Len(t, s, 1)
+		require.Equal(t, StateClosed, s[0].State, "starts closed")
+		require.EqualValues(t, 1, s[0].Requests)
+	})
+}
+
+func TestUpdateLogsWhatChanged(t *testing.T) {
+	var buf bytes.Buffer
+	reg := prometheus.NewPedanticRegistry()
+	tr := New(nil, WithLogger(slog.New(slog.NewTextHandler(&buf, nil))), WithMetrics(reg),
+		WithPolicy("pay.test", WithFailureRate(0.25)))
+	require.NoError(t, tr.Update(WithFailureRate(0.6), WithPolicy("pay.test", WithFailureRate(0.25), WithMode(ModeShadow))))
+	out := buf.String()
+	require.Contains(t, out, `selector=* setting=failure_rate from=0.5 to=0.6`)
+	require.Contains(t, out, `selector=pay.test setting=mode from=enforce to=shadow`)
+	require.NotContains(t, out, `selector=pay.test setting=failure_rate`, "unchanged for that selector")
+	require.Equal(t, 1.0, gaugeValue(t, reg, "breaker_config_updates_total", `result="ok"`))
+}
+
+// TestUpdateUnderTraffic: 64 callers and a goroutine calling Update
+// every millisecond with alternating settings, for 2s of fake time, on
+// real concurrency under -race. Each call sees one coherent set of
+// settings: the call timeout next sees always belongs to the classifier
+// that judges it. Transitions stay exactly once.
+func TestUpdateUnderTraffic(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		sentTimeout := map[string]time.Duration{}
+		judgedBy := map[string]string{}
+		next := rtFunc(func(req *http.Request) (*http.Response, error) {
+			d, _ := req.Context().Deadline()
+			mu.Lock()
+			sentTimeout[req.Header.Get("X-ID")] = time.Until(d)
+			mu.Unlock()
+			code := http.StatusOK
+			if req.Header.Get("X-Fail") != "" {
+				code = http.StatusInternalServerError
+			}
+			return response(req, code, nil), nil
+		})
+		set := func(tag string, timeout time.Duration, min int) []Option {
+			return []Option{WithCallTimeout(timeout), WithMinRequests(min), WithOpenTimeout(time.Hour), WithMaxOpenTimeout(time.Hour),
+				WithClassifier(func(req *http.Request, resp *http.Response, err error) Outcome {
+					mu.Lock()
+					judgedBy[req.Header.Get("X-ID")] = tag
+					mu.Unlock()
+					return DefaultClassifier(req, resp, err)
+				})}
+		}
+		var transitions atomic.Int64
+		tr := New(next, append(set("a", time.Second, 1000), WithOnStateChange(func(string, State, State) { transitions.Add(1) }))...)
+		stop := make(chan struct{})
+		updated := make(chan struct{})
+		go func() {
+			defer close(updated)
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				case <-time.After(time.Millisecond):
+				}
+				if i%2 == 0 {
+					require.NoError(t, tr.Update(set("b", 2*time.Second, 2000)...))
+				} else {
+					require.NoError(t, tr.Update(set("a", time.Second, 1000)...))
+				}
+			}
+		}()
+		var wg sync.WaitGroup
+		var n atomic.Int64
+		for g := range 64 {
+			wg.Go(func() {
+				for i := 0; time.Since(time.Unix(946684800, 0)) < 2*time.Second; i++ {
+					req := mustReq(t, testURL)
+					req.Header.Set("X-ID", strconv.Itoa(g)+"/"+strconv.Itoa(i))
+					if i%3 != 0 { // two in three fail: it trips once, and stays open
+
+						req.Header.Set("X-Fail", "1")
+					}
+					resp, err := tr.RoundTrip(req)
+					if err == nil {
+						resp.Body.Close()
+					}
+					n.Add(1)
+					time.Sleep(time.Millisecond)
+				}
+			})
+		}
+		wg.Wait()
+		close(stop)
+		<-updated
+		want := map[string]time.Duration{"a": time.Second, "b": 2 * time.Second}
+		mu.Lock()
+		defer mu.Unlock()
+		require.NotEmpty(t, judgedBy)
+		seen := map[string]int{}
+		for id, tag := range judgedBy {
+			require.Equal(t, want[tag], sentTimeout[id], "call %s: judged by %s's classifier", id, tag)
+			seen[tag]++
+		}
+		require.Positive(t, seen["a"])
+		require.Positive(t, seen["b"])
+		require.EqualValues(t, 1, transitions.Load(), "closed→open, exactly once")
+	})
+}
