@@ -12,7 +12,7 @@ import (
 type circuit struct {
 	b    breaker
 	pol  atomic.Pointer[policy] // what its calls run under; a call loads it once
-	hash uint64 // of the key in the Transport's table; set before it is published
+	hash uint64                 // of the key in the Transport's table; set before it is published
 	// evicted is set when the Transport drops the circuit, for those that
 	// still hold a pointer to it (see Transport.routeCircuit).
 	evicted atomic.Bool

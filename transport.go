@@ -32,11 +32,11 @@ const minBudget = 50 * time.Millisecond
 // usable: its RoundTrip returns an error, and it has no breakers.
 type Transport struct {
 	next     http.RoundTripper
-	keys     keying         // how a request picks its breaker
+	keys     keying                   // how a request picks its breaker
 	policies atomic.Pointer[policies] // what each breaker runs under; nil: not made by New
-	breakers breakerTable   // written with mu held
-	routes   *routeBreakers // breakers by pattern and host, under WithRoutes
-	epoch    time.Time      // clock zero: breakers keep time as nanoseconds since epoch
+	breakers breakerTable             // written with mu held
+	routes   *routeBreakers           // breakers by pattern and host, under WithRoutes
+	epoch    time.Time                // clock zero: breakers keep time as nanoseconds since epoch
 
 	maxBreakers   int
 	onStateChange func(key string, from, to State)
