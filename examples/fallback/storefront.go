@@ -53,16 +53,6 @@ type payAnswer struct {
 	RetryAfterSeconds int      `json:"retry_after_seconds,omitempty"`
 }
 
-// Transport-wide breaker settings, under every policy. Small numbers so
-// that the demo trips after a few calls; the long open timeouts keep the
-// breakers open for the whole demo, so what it shows does not depend on
-// timing.
-var breakerOptions = []httpbreaker.Option{
-	httpbreaker.WithMinRequests(3),
-	httpbreaker.WithOpenTimeout(10 * time.Second),
-	httpbreaker.WithJitter(0),
-}
-
 // storefront is a service with three dependencies that fail in three
 // different ways, on purpose: each answer is the honest one for what the
 // dependency does for the user.
@@ -95,30 +85,40 @@ type storefront struct {
 func newStorefront(next http.RoundTripper) *storefront {
 	s := &storefront{cache: &staleCache{entries: map[string]cached{}}}
 	s.tr = httpbreaker.New(
-		// Below the breaker, keep a copy of every good product page.
+		// Below the breakers, keep a copy of every good product page.
 		&cachingTransport{next: next, host: catalogueHost, cache: s.cache},
-		append(breakerOptions,
-			// Catalogue: WithFallback serves the kept copy, marked
-			// stale, when the breaker refuses a call.
-			httpbreaker.WithPolicy(catalogueHost,
-				httpbreaker.WithCallTimeout(2*time.Second),
-				httpbreaker.WithFallback(s.cache.fallback)),
-			// Recommendations: a short call timeout, so that a hung
-			// recommender costs a page 150ms and trips its breaker;
-			// a small bulkhead; the default list when refused.
-			httpbreaker.WithPolicy(recsHost,
-				httpbreaker.WithCallTimeout(150*time.Millisecond),
-				httpbreaker.WithMaxConcurrent(10),
-				httpbreaker.WithFallback(defaultRecommendations)),
-			// Payments: trips early and stays open long, at most 40
-			// calls in flight, and no WithFallback: the caller (pay)
-			// sees the synthetic 503 through IsRejected and decides;
-			// see pay for why.
-			httpbreaker.WithPolicy(paymentsHost,
-				httpbreaker.WithFailureRate(0.25),
-				httpbreaker.WithOpenTimeout(30*time.Second),
-				httpbreaker.WithMaxConcurrent(40)),
-		)...)
+
+		// Transport-wide, under every policy. Small numbers so that the
+		// demo trips after a few calls; the long open timeouts keep the
+		// breakers open for the whole demo, so what it shows does not
+		// depend on timing.
+		httpbreaker.WithMinRequests(3),
+		httpbreaker.WithOpenTimeout(10*time.Second),
+		httpbreaker.WithJitter(0),
+
+		// Catalogue: WithFallback serves the kept copy, marked stale,
+		// when the breaker refuses a call.
+		httpbreaker.WithPolicy(catalogueHost,
+			httpbreaker.WithCallTimeout(2*time.Second),
+			httpbreaker.WithFallback(s.cache.fallback)),
+
+		// Recommendations: a short call timeout, so that a hung
+		// recommender costs a page 150ms and trips its breaker; a small
+		// bulkhead; the default list when the breaker or the bulkhead
+		// refuses.
+		httpbreaker.WithPolicy(recsHost,
+			httpbreaker.WithCallTimeout(150*time.Millisecond),
+			httpbreaker.WithMaxConcurrent(10),
+			httpbreaker.WithFallback(defaultRecommendations)),
+
+		// Payments: trips early and stays open long, at most 40 calls
+		// in flight, and no WithFallback: the caller (pay) sees the
+		// synthetic 503 through IsRejected and decides; see pay for why.
+		httpbreaker.WithPolicy(paymentsHost,
+			httpbreaker.WithFailureRate(0.25),
+			httpbreaker.WithOpenTimeout(30*time.Second),
+			httpbreaker.WithMaxConcurrent(40)),
+	)
 	// The client's Timeout bounds every call; the policies' call timeouts
 	// are the shorter budgets of the catalogue and the recommender.
 	s.client = &http.Client{Transport: s.tr, Timeout: 5 * time.Second}
@@ -251,7 +251,7 @@ func (s *storefront) pay(w http.ResponseWriter, r *http.Request) {
 	// outcome cannot charge twice.
 	req.Header.Set("Idempotency-Key", key)
 
-	resp, err := s.client.Do(req)
+	resp, err := s.client.Do(req) // req carries the customer's Idempotency-Key
 	switch {
 	case err == nil && httpbreaker.IsRejected(resp):
 		// Never sent: not charged, safe to retry after the breaker's
@@ -370,7 +370,7 @@ func (c *staleCache) response(req *http.Request) *http.Response {
 // nothing cached, (nil, nil), which tells the Transport to answer with its
 // usual 503.
 func (c *staleCache) fallback(req *http.Request, _ error) (*http.Response, error) {
-	if resp := c.response(req); resp != nil {
+	if resp := c.response(req); resp != nil { // 200, X-Cache: stale, Age: <seconds>
 		return resp, nil
 	}
 	return nil, nil
