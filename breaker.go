@@ -719,14 +719,16 @@ func (b *breaker) idle(now int64) bool {
 }
 
 // hintOpen takes a fleet's word at clock time now that the dependency is
-// down for d more: a closed breaker opens for d, but never for longer
-// than its maximum open timeout.
-func (b *breaker) hintOpen(now int64, d time.Duration) *transition {
+// down for d more, after cycles failed probe cycles: a closed breaker
+// opens for d, but never for longer than its maximum open timeout, and in
+// any state the breaker backs off from at least cycles from now on.
+func (b *breaker) hintOpen(now int64, d time.Duration, cycles int) *transition {
 	if d <= 0 {
 		return nil
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.cycles = max(b.cycles, cycles)
 	if stateOf(b.word.Load()) != StateClosed {
 		return nil
 	}

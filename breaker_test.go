@@ -313,8 +313,12 @@ func TestTripForever(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, IsRejected(resp))
 		require.Zero(t, d.calls.Load())
+		require.Equal(t, "3600", resp.Header.Get("Retry-After"), "capped, not overflowed")
 		time.Sleep(100 * 365 * 24 * time.Hour)
 		require.Equal(t, StateOpen, tr.State(testKey), "a century later")
+		resp, err = get(t, tr, testURL)
+		require.NoError(t, err)
+		require.Equal(t, "3600", resp.Header.Get("Retry-After"))
 	})
 }
 
@@ -620,5 +624,26 @@ func TestHungProbeReopensFromTheBound(t *testing.T) {
 		require.Equal(t, before+1, d.calls.Load())
 		close(gate)
 		<-done
+	})
+}
+
+// TestTripForeverAdvertisesAnHour: an "until Reset" trip says
+// Retry-After: 3600, also during the Transport's first second, where the
+// round-up used to overflow into 1.
+func TestTripForeverAdvertisesAnHour(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := New(newDep(200))
+		tr.Trip(testKey, time.Duration(math.MaxInt64))
+		resp, err := get(t, tr, testURL)
+		require.NoError(t, err)
+		require.Equal(t, "3600", resp.Header.Get("Retry-After"))
+		tr.Trip(testKey, 2*time.Hour)
+		resp, err = get(t, tr, testURL)
+		require.NoError(t, err)
+		require.Equal(t, "3600", resp.Header.Get("Retry-After"), "at most an hour")
+		tr.Trip(testKey, 90*time.Second)
+		resp, err = get(t, tr, testURL)
+		require.NoError(t, err)
+		require.Equal(t, "90", resp.Header.Get("Retry-After"))
 	})
 }

@@ -83,7 +83,7 @@ func runMachine(t *testing.T, s settings, f fleet, rows []mrow) (*breaker, []str
 		case "reset":
 			note(b.reset(now))
 		case "hint-open":
-			note(b.hintOpen(now, r.d))
+			note(b.hintOpen(now, r.d, 0))
 		case "hint-close":
 			note(b.hintClose(now))
 		case "look":

@@ -2,6 +2,7 @@ package httpbreaker
 
 import (
 	"context"
+	"math"
 	"log/slog"
 	"time"
 )
@@ -27,9 +28,13 @@ func (t *Transport) report(tr *transition) {
 	if s := t.member; s != nil && !tr.fleet {
 		switch tr.to {
 		case StateOpen:
-			s.Publish(Hint{Key: tr.key, State: StateOpen, RetryAt: t.epoch.Add(time.Duration(tr.retryAt))})
+			h := Hint{Key: tr.key, State: StateOpen, Cycles: tr.cycles, Operator: tr.operator}
+			if tr.retryAt != math.MaxInt64 { // else an operator's "until Reset": the zero time
+				h.RetryAt = t.epoch.Add(time.Duration(tr.retryAt))
+			}
+			s.Publish(h)
 		case StateClosed:
-			s.Publish(Hint{Key: tr.key, State: StateClosed})
+			s.Publish(Hint{Key: tr.key, State: StateClosed, Operator: tr.operator})
 		}
 	}
 	if l := t.logger; l != nil {

@@ -93,7 +93,9 @@ func (c *rejectedCtx) Value(key any) any {
 // It is false for a real 503 from upstream, for nil, and for any other
 // response. It keeps working through http.Client, which may replace the
 // response body (with a Timeout set), because the mark is on the
-// response's Request, not its body. The mark names the response itself:
+// response's Request, not its body. Its Retry-After is the whole seconds
+// until the next probe may go, at least 1 and at most 3600. The mark names
+// the response itself:
 // a copy of it, or a response to a request whose context was derived
 // from the rejected one's, is not rejected.
 func IsRejected(resp *http.Response) bool {
@@ -130,9 +132,15 @@ func (t *Transport) reject(req *http.Request, c *circuit, p *policy, reason reje
 	return rejection(req, retry), nil
 }
 
+// maxAdvertisedRetry caps the Retry-After of a synthetic 503: a breaker
+// opened until Reset, or for days, says to come back in an hour, when
+// the operator may well have reset it.
+const maxAdvertisedRetry = time.Hour
+
 // rejection builds the synthetic 503. Retry-After is in whole seconds,
-// rounded up, at least 1.
+// rounded up, at least 1 and at most 3600.
 func rejection(req *http.Request, retry time.Duration) *http.Response {
+	retry = min(retry, maxAdvertisedRetry)
 	secs := int64((retry + time.Second - 1) / time.Second)
 	if secs < 1 {
 		secs = 1

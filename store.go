@@ -1,6 +1,7 @@
 package httpbreaker
 
 import (
+	"math"
 	"time"
 )
 
@@ -64,8 +65,18 @@ type Hint struct {
 	// RetryAt is, for StateOpen, when the next probe may go. A Transport
 	// that receives it opens its own breaker until then, but never for
 	// longer than its MaxOpenTimeout from now, and ignores a time in the
-	// past.
+	// past. An operator's open hint (Operator) is taken exactly, uncapped;
+	// its zero RetryAt means "until Reset".
 	RetryAt time.Time
+	// Cycles is, for StateOpen, the count of consecutive failed probe
+	// cycles behind the open period: the breaker's backoff. A Transport
+	// that receives it backs off from it, so that the fleet's open periods
+	// grow as one breaker's do, whichever instance holds the probe lease.
+	Cycles int
+	// Operator marks a hint of Trip (StateOpen) or Reset (StateClosed): a
+	// Transport that receives it opens its breaker for exactly the time
+	// left, whatever its state, or closes it and clears its counts.
+	Operator bool
 }
 
 // Lease is a Store's answer to ProbeLease.
@@ -114,12 +125,25 @@ func (t *Transport) applyHint(h Hint) {
 
 // take applies hint h to c's breaker: an open hint opens a closed
 // breaker until the hint's RetryAt, but never for longer than its
-// maximum open timeout; a closed hint closes an open or half-open one.
+// maximum open timeout, and a closed hint closes an open or half-open
+// one; an operator's hint opens for exactly the time left (or until
+// Reset), or closes and clears, whatever the state. Every open hint
+// carries its backoff.
 func (t *Transport) take(c *circuit, h Hint) {
-	switch h.State {
-	case StateOpen:
-		t.notify(c.b.hintOpen(t.now(), time.Until(h.RetryAt)))
-	case StateClosed:
+	switch {
+	case h.State == StateOpen && h.Operator:
+		d := time.Duration(math.MaxInt64) // until Reset
+		if !h.RetryAt.IsZero() {
+			if d = time.Until(h.RetryAt); d <= 0 {
+				return
+			}
+		}
+		t.notify(fleetTransition(c.b.trip(t.now(), d)))
+	case h.State == StateOpen:
+		t.notify(c.b.hintOpen(t.now(), time.Until(h.RetryAt), h.Cycles))
+	case h.State == StateClosed && h.Operator:
+		t.notify(fleetTransition(c.b.reset(t.now())))
+	case h.State == StateClosed:
 		t.notify(c.b.hintClose(t.now()))
 	}
 }

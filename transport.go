@@ -306,8 +306,10 @@ func (t *Transport) State(key string) State {
 // Trip opens key's breaker for exactly d — no jitter, no cap — making the
 // breaker if needed, for operators who know a dependency is down. After d
 // it probes as usual; a d the clock cannot reach (time.Duration(math.MaxInt64))
-// keeps it open until Reset. A d of zero or less does nothing; so does a
-// key for which the cap (WithMaxBreakers) leaves no room.
+// keeps it open until Reset, and its refusals say Retry-After: 3600 (see
+// IsRejected). A d of zero or less does nothing; so does a key for which
+// the cap (WithMaxBreakers) leaves no room. With a Store (WithStore), it
+// opens key on every instance for exactly d.
 func (t *Transport) Trip(key string, d time.Duration) {
 	if d <= 0 {
 		return
@@ -329,13 +331,35 @@ func (t *Transport) Trip(key string, d time.Duration) {
 		}
 		return
 	}
-	t.notify(c.b.trip(t.now(), d))
+	t.operate(c.b.trip(t.now(), d), Hint{Key: key, State: StateOpen, Operator: true, RetryAt: until(d)})
 }
 
-// Reset closes key's breaker and clears its counts and backoff. It does
-// nothing for a key without a live breaker.
+// until is the wall time d from now, or the zero time for a d the clock
+// cannot reach ("until Reset").
+func until(d time.Duration) time.Time {
+	if now := time.Now(); now.Add(d).After(now) {
+		return now.Add(d)
+	}
+	return time.Time{}
+}
+
+// operate reports the transition of an operator's action, or, when the
+// action changed no state (a Trip of an open breaker, a Reset of a closed
+// one), still tells the fleet, so that every instance does as this one.
+func (t *Transport) operate(tr *transition, h Hint) {
+	if tr == nil && t.member != nil {
+		t.member.Publish(h)
+	}
+	t.notify(tr)
+}
+
+// Reset closes key's breaker and clears its counts and backoff. With a
+// Store (WithStore), it closes key's breaker on every instance.
 func (t *Transport) Reset(key string) {
-	if c := t.breakers.get(canonicalKey(key)); c != nil {
-		t.notify(c.b.reset(t.now()))
+	key = canonicalKey(key)
+	if c := t.breakers.get(key); c != nil {
+		t.operate(c.b.reset(t.now()), Hint{Key: key, State: StateClosed, Operator: true})
+	} else if t.member != nil {
+		t.member.Publish(Hint{Key: key, State: StateClosed, Operator: true}) // other instances may have one
 	}
 }
