@@ -56,9 +56,10 @@ type Classifier func(req *http.Request, resp *http.Response, err error) Outcome
 
 // DefaultClassifier counts only the dependency's own faults:
 //
-//   - Failure: any transport error (connection refused or reset, EOF, DNS,
-//     TLS handshake, timeouts), a request context whose deadline passed
-//     while the call ran, and a 5xx response other than 501 and 505.
+//   - Failure: a transport error of the dependency's (connection refused
+//     or reset, EOF, DNS, TLS handshake, timeouts), a request context
+//     whose deadline passed while the call ran, and a 5xx response other
+//     than 501 and 505.
 //   - Throttled: 429 Too Many Requests.
 //   - Ignored: the caller cancelled — the request's context was cancelled
 //     (whatever its cause) before any deadline passed, or its deprecated
@@ -75,10 +76,15 @@ type Classifier func(req *http.Request, resp *http.Response, err error) Outcome
 // surface as "net/http: request canceled" while the context says
 // DeadlineExceeded.
 //
-// The Transport applies one more rule before any classifier: a call that
+// The Transport applies two more rules after any classifier: a call that
 // ended because a deadline passed which left less than 50ms at admission
-// is Ignored (see Transport.RoundTrip). DefaultClassifier alone cannot know
-// the budget at admission and counts such a call as a failure.
+// is Ignored (see Transport.RoundTrip), and so is a call that failed while
+// reading the caller's own request body (a file that cannot be read, a
+// client that sent a malformed chunk through a proxy, an
+// http.MaxBytesReader's limit): the Transport watches the body it sends,
+// through a shallow copy of the request, and never reads the error text.
+// DefaultClassifier alone knows neither and counts such calls as
+// failures.
 func DefaultClassifier(req *http.Request, resp *http.Response, err error) Outcome {
 	if err != nil {
 		if req == nil {

@@ -183,9 +183,9 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	if d, ok := req.Context().Deadline(); ok {
 		short = d.Sub(t.epoch)-time.Duration(now) < minBudget
 	}
-	sent := req
+	sent, upload := watchUpload(req)
 	if p.callTimeout > 0 {
-		sent, g.cancel = t.withCallTimeout(req, now, p.callTimeout)
+		sent, g.cancel = t.withCallTimeout(sent, now, p.callTimeout)
 	}
 
 	g.unsent = false
@@ -201,6 +201,9 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		end = t.now()
 	}
 	o = p.judge(req, o, err, now, end, short, t.epoch)
+	if err != nil && upload.failed() {
+		o = OutcomeIgnored // the caller's own body failed to read: not the dependency's fault
+	}
 
 	c.release(tk)
 	g.b = nil

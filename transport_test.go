@@ -76,7 +76,9 @@ func TestRequestIsNeverModifiedAndBodyClosed(t *testing.T) {
 			r.Header.Set("X-Trace", "1")
 			return r, body
 		}
-		// Admitted: next sees the very same request and closes its body.
+		// Admitted: next sees the same request — a shallow copy whose
+		// Body wraps the caller's, to tell the caller's upload errors from
+		// the dependency's (see upload.go) — and closes its body.
 		r, body := mk()
 		seen := make(chan *http.Request, 1)
 		tr.next = rtFunc(func(in *http.Request) (*http.Response, error) {
@@ -86,8 +88,23 @@ func TestRequestIsNeverModifiedAndBodyClosed(t *testing.T) {
 		resp, err := tr.RoundTrip(r)
 		require.NoError(t, err)
 		resp.Body.Close()
-		require.Same(t, r, <-seen)
+		in := <-seen
+		require.Same(t, r.URL, in.URL)
+		require.Equal(t, r.Header, in.Header)
+		require.Equal(t, r.Context(), in.Context())
+		require.Equal(t, r.Method, in.Method)
+		require.Same(t, body, r.Body, "the caller's request keeps its own body")
 		require.True(t, body.closed.Load())
+		// Without a body, next sees the very same request.
+		noBody, err := http.NewRequest(http.MethodGet, testURL, nil)
+		require.NoError(t, err)
+		resp, err = New(rtFunc(func(in *http.Request) (*http.Response, error) {
+			seen <- in
+			return response(in, http.StatusOK, nil), nil
+		})).RoundTrip(noBody)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Same(t, noBody, <-seen)
 
 		// Rejected: the body is closed by us and the request is unchanged.
 		r, body = mk()

@@ -1,0 +1,96 @@
+package httpbreaker
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// failingUpload is a request body whose read fails, as a file on a bad
+// disk does.
+type failingUpload struct{ n int }
+
+func (f *failingUpload) Read(p []byte) (int, error) {
+	if f.n > 0 {
+		f.n--
+		return copy(p, "part"), nil
+	}
+	return 0, errors.New("read /uploads/big.bin: input/output error")
+}
+
+func (f *failingUpload) Close() error { return nil }
+
+// TestCallerUploadErrorsNeverTrip: a caller whose own request body fails
+// to read cannot open a healthy dependency's breaker for everyone.
+func TestCallerUploadErrorsNeverTrip(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+	}))
+	defer up.Close()
+	tr := New(nil, WithMinRequests(5))
+	defer tr.CloseIdleConnections()
+	for range 10 {
+		req, err := http.NewRequest(http.MethodPost, up.URL, &failingUpload{n: 3})
+		require.NoError(t, err)
+		req.ContentLength = -1
+		_, err = tr.RoundTrip(req)
+		require.Error(t, err, "the upload failed")
+	}
+	key := strings.TrimPrefix(up.URL, "http://")
+	require.Equal(t, StateClosed, tr.State(key))
+	s := tr.Snapshot()
+	require.Len(t, s, 1)
+	require.Zero(t, s[0].Failures, "ignored, not the dependency's failures")
+}
+
+// TestHostileUploadsThroughAProxy: clients that send a malformed chunk
+// through a real httputil.ReverseProxy get their 502s, and the healthy
+// upstream's breaker never opens for the honest client after them.
+func TestHostileUploadsThroughAProxy(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Write([]byte("ok"))
+	}))
+	defer up.Close()
+	target, err := url.Parse(up.URL)
+	require.NoError(t, err)
+	tr := New(nil, WithMinRequests(5))
+	defer tr.CloseIdleConnections()
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.Transport = tr
+	proxy.ErrorLog = nil
+	front := httptest.NewServer(proxy)
+	defer front.Close()
+
+	for i := range 8 {
+		conn, err := net.Dial("tcp", front.Listener.Addr().String())
+		require.NoError(t, err)
+		require.NoError(t, conn.SetDeadline(time.Now().Add(10*time.Second)))
+		// A first chunk, then a chunk-size line that is not hex.
+		_, err = io.WriteString(conn, "POST /upload HTTP/1.1\r\nHost: shop.test\r\nTransfer-Encoding: chunked\r\n\r\n4\r\npart\r\nzz\r\n")
+		require.NoError(t, err)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		require.NoError(t, err, "upload %d", i)
+		resp.Body.Close()
+		conn.Close()
+		require.Equal(t, http.StatusBadGateway, resp.StatusCode, "upload %d: the proxy's answer to a broken upload", i)
+	}
+	resp, err := http.Post(front.URL+"/upload", "text/plain", strings.NewReader("honest"))
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, "the next honest client is served")
+	require.Equal(t, "ok", string(body))
+	require.Equal(t, StateClosed, tr.State(target.Host))
+	require.Zero(t, tr.Snapshot()[0].Failures)
+}
