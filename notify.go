@@ -2,8 +2,8 @@ package httpbreaker
 
 import (
 	"context"
-	"math"
 	"log/slog"
+	"math"
 	"time"
 )
 
