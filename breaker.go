@@ -274,19 +274,24 @@ func (b *breaker) admit(now int64, s *settings) (ticket, rejectReason, *transiti
 // admitHeld is admit when there is a bulkhead place or a probe slot to
 // take, or a refusal to decide.
 func (b *breaker) admitHeld(now int64, s *settings) (ticket, rejectReason, *transition) {
-	if s.maxConcurrent > 0 {
-		if b.inflight.Add(1) > s.maxConcurrent {
-			b.inflight.Add(-1)
-			if stateOf(b.word.Load()) == StateOpen && now < b.retryAt.Load() {
-				return b.refuse(rejectOpen)
-			}
-			return b.refuse(rejectBulkhead)
-		}
+	if s.maxConcurrent == 0 {
+		return b.admitState(now, s)
 	}
-	tk, reason, tr := b.admitState(now, s)
-	if reason != admitted && s.maxConcurrent > 0 {
+	if b.inflight.Add(1) > s.maxConcurrent {
 		b.inflight.Add(-1)
+		if stateOf(b.word.Load()) == StateOpen && now < b.retryAt.Load() {
+			return b.refuse(rejectOpen)
+		}
+		return b.refuse(rejectBulkhead)
 	}
+	giveBack := true
+	defer func() {
+		if giveBack { // refused by state, or the fleet's ProbeLease panicked
+			b.inflight.Add(-1)
+		}
+	}()
+	tk, reason, tr := b.admitState(now, s)
+	giveBack = reason != admitted
 	return tk, reason, tr
 }
 
@@ -396,6 +401,9 @@ func (b *breaker) count(tk ticket, o Outcome, now int64, retryAfter time.Duratio
 func (b *breaker) countProbe(tk ticket, o Outcome, now int64, retryAfter time.Duration) *transition {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if tr := b.advanceLocked(now, tk.s, false); tr != nil {
+		return tr // the probe outlived the bound: it counted as failed then
+	}
 	w := b.word.Load()
 	if genOf(w) != tk.gen || stateOf(w) != StateHalfOpen {
 		return nil // a newer state already decided
@@ -675,11 +683,17 @@ func (b *breaker) current(now int64) (State, *transition) {
 // probe, even while it waits for the fleet's probe lease. Requires mu
 // held.
 func (b *breaker) displayLocked(now int64) (State, int64) {
-	s := stateOf(b.word.Load())
-	if at := b.retryAt.Load(); s == StateOpen && now >= at {
-		return StateHalfOpen, at
+	switch s := stateOf(b.word.Load()); s {
+	case StateOpen:
+		if at := b.retryAt.Load(); now >= at {
+			return StateHalfOpen, at
+		}
+	case StateHalfOpen:
+		if at, ok := b.probeBoundLocked(b.cfg.Load()); ok && now >= at {
+			return StateOpen, at // a probe outlived the bound: reopened then (a scrape does not move it)
+		}
 	}
-	return s, b.since
+	return stateOf(b.word.Load()), b.since
 }
 
 // trip opens the breaker at clock time now for exactly d, whatever its

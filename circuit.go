@@ -73,8 +73,9 @@ func (t *Transport) create(req *http.Request, key string) *circuit {
 	if len(key) > maxKeyLen {
 		key = HostKey(req)
 	}
+	ps := t.policies.Load()
 	if t.now() < t.nextEvict.Load() {
-		return t.existing(req, key) // no room: t.mu would only say so
+		return t.existing(ps, req, key) // no room: t.mu would only say so
 	}
 	t.mu.Lock()
 	if c := t.breakers.get(key); c != nil {
@@ -84,7 +85,7 @@ func (t *Transport) create(req *http.Request, key string) *circuit {
 	now := t.now()
 	if t.breakers.live >= t.maxBreakers && !t.evictLocked(now) {
 		t.mu.Unlock()
-		return t.existing(req, key)
+		return t.existing(ps, req, key)
 	}
 	c := new(circuit)
 	pol := t.policies.Load().of(key)
@@ -124,9 +125,10 @@ func (t *Transport) settleEvicted(key string, tk ticket, o Outcome, end int64, r
 }
 
 // existing is create when the cap leaves no room for a new circuit: the
-// circuit of key, else of the request's host key, if either exists.
-func (t *Transport) existing(req *http.Request, key string) *circuit {
-	if c := t.breakers.get(key); c != nil || req == nil {
+// circuit of key, else of the request's host key, if either exists. A
+// key whose mode is off gets none: its requests go straight to next.
+func (t *Transport) existing(ps *policies, req *http.Request, key string) *circuit {
+	if c := t.breakers.get(key); c != nil || req == nil || ps.off(key) {
 		return c
 	}
 	if host := HostKey(req); host != key {
@@ -145,7 +147,7 @@ func (t *Transport) evictLocked(now int64) bool {
 	}
 	var victim *circuit
 	t.breakers.each(func(c *circuit) bool {
-		if c.b.idle(now) {
+		if c.pol.Load().mode == ModeOff || c.b.idle(now) { // an off key keeps nothing worth keeping
 			victim = c
 			return false
 		}

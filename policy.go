@@ -149,30 +149,38 @@ type selector struct {
 // parseSelector parses a WithPolicy selector.
 func parseSelector(s string) (selector, error) {
 	sel := selector{text: s}
+	host, rest, isKey := strings.Cut(s, " ")
 	switch {
-	case s == "", s == "*", s == "*.":
+	case host == "", host == "*", host == "*.":
 		return sel, fmt.Errorf("selector %q names no host: give a host, host:port, *.suffix or a whole key", s)
-	case strings.Contains(s, " "):
-		host, rest, _ := strings.Cut(s, " ")
-		sel.kind, sel.host = selKey, canonicalKey(asciiLower(host)+" "+rest)
-		if strings.Contains(host, "*") {
-			return sel, fmt.Errorf("selector %q: a whole key has no wildcard", s)
-		}
-		return sel, nil
+	case strings.Contains(strings.TrimPrefix(s, "*."), "*"):
+		return sel, fmt.Errorf("selector %q: a \"*\" may only lead, as in \"*.example.com\"", s)
+	case isKey && strings.HasPrefix(host, "*."):
+		return sel, fmt.Errorf("selector %q: a whole key has no wildcard", s)
+	case isKey:
+		sel.kind, sel.host = selKey, keyHost(host)+" "+canonicalKey(rest)
 	case strings.HasPrefix(s, "*."):
-		sel.kind, sel.host = selWildcard, asciiLower(s[1:])
+		sel.kind, sel.host = selWildcard, keyHost(s[1:])
+		if _, port := splitKeyPort(sel.host); port != "" || strings.HasPrefix(sel.host, "..") {
+			return sel, fmt.Errorf("selector %q: a wildcard names hosts on any port, as in \"*.example.com\"", s)
+		}
 	default:
-		sel.host = asciiLower(s)
-		sel.kind = selHost
+		sel.kind, sel.host = selHost, keyHost(s)
 		if _, port := splitKeyPort(sel.host); port != "" {
 			sel.kind = selHostPort
 		}
 	}
-	if strings.Contains(strings.TrimPrefix(s, "*."), "*") {
-		return sel, fmt.Errorf("selector %q: a \"*\" may only lead, as in \"*.example.com\"", s)
-	}
-	sel.host = canonicalKey(sel.host)
 	return sel, nil
+}
+
+// keyHost is the host part of a key as selectors compare it: valid UTF-8
+// and lower-cased, as HostKey makes it; keys of a custom KeyFunc are
+// compared the same way.
+func keyHost(h string) string {
+	if needsFold(h) {
+		return strings.ToLower(strings.ToValidUTF8(h, "\uFFFD"))
+	}
+	return h
 }
 
 // splitKeyPort splits the host part of a key into host and port, where
@@ -193,11 +201,12 @@ func splitKeyPort(h string) (host, port string) {
 
 // matches reports whether the selector names key.
 func (s *selector) matches(key string) bool {
-	if s.kind == selKey {
-		return key == s.host
-	}
-	hostPort, _, _ := strings.Cut(key, " ")
+	hostPort, rest, isKey := strings.Cut(key, " ")
+	hostPort = keyHost(hostPort)
 	switch s.kind {
+	case selKey:
+		h, r, _ := strings.Cut(s.host, " ")
+		return isKey && hostPort == h && rest == r
 	case selHostPort:
 		return hostPort == s.host
 	case selHost:
@@ -218,8 +227,33 @@ func (s *selector) example() string {
 
 // rule is one WithPolicy: a selector and its options.
 type rule struct {
-	sel  selector
-	opts []Option
+	sel      selector
+	opts     []Option
+	mode     Mode // the mode it sets, if setsMode
+	setsMode bool
+}
+
+// setsMode reports whether opts include WithMode.
+func setsMode(opts []Option) bool {
+	for _, o := range opts {
+		if o, ok := o.(option); ok && o.name == "WithMode" {
+			return true
+		}
+	}
+	return false
+}
+
+// off reports whether key's breaker would be in ModeOff, without
+// resolving its policy (and so without allocating): for requests that
+// find no room for a breaker.
+func (ps *policies) off(key string) bool {
+	m := ps.base.mode
+	for i := range ps.rules {
+		if r := &ps.rules[i]; r.setsMode && r.sel.matches(key) {
+			m = r.mode
+		}
+	}
+	return m == ModeOff
 }
 
 // policies is a Transport's policies: the Transport-wide one, and the
@@ -248,10 +282,17 @@ func newPolicies(c *config) (*policies, error) {
 		return nil, err
 	}
 	ps.base = &base
-	for _, r := range ps.rules {
+	for i, r := range ps.rules {
+		if !r.sel.matches(r.sel.example()) {
+			return nil, fmt.Errorf("httpbreaker: WithPolicy: selector %q names no key", r.sel.text)
+		}
 		if _, err := ps.resolve(r.sel.example()); err != nil {
 			return nil, fmt.Errorf("%v (in WithPolicy(%q, ...))", err, r.sel.text)
 		}
+		scratch := config{policy: ps.raw}
+		scratch.applyAll("WithPolicy", r.opts)
+		ps.rules[i].mode = scratch.mode // the last mode it sets wins; the raw mode if none
+		ps.rules[i].setsMode = scratch.mode != ps.raw.mode || setsMode(r.opts)
 	}
 	return ps, nil
 }

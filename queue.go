@@ -77,13 +77,26 @@ func (q *queue) refuseAll() {
 	q.waiting.Store(0)
 }
 
-// release gives back the bulkhead place of the admitted call tk: to the
-// oldest waiter, if calls wait for one, else to the breaker.
+// release gives back the bulkhead place of the admitted call tk, and
+// hands free places to waiting calls, oldest first.
 func (c *circuit) release(tk ticket) {
-	if tk.s.maxConcurrent > 0 && c.line.waiting.Load() > 0 && c.line.handOff() {
-		return
-	}
 	c.b.release(tk)
+	if tk.s.maxConcurrent > 0 && c.line.waiting.Load() > 0 {
+		c.wake(tk.s)
+	}
+}
+
+// wake takes each free place of the bulkhead of settings s for the
+// oldest waiter, while calls wait. A place is given back before the line
+// is read, and a waiter joins the line before it looks for a place, so
+// that one of the two always sees the other.
+func (c *circuit) wake(s *settings) {
+	for c.line.waiting.Load() > 0 && c.b.tryPlace(s) {
+		if !c.line.handOff() {
+			c.b.release(ticket{s: s}) // the waiter left first
+			return
+		}
+	}
 }
 
 // wait is admission for a call under policy p that found c's bulkhead
@@ -133,9 +146,13 @@ func (t *Transport) wait(req *http.Request, c *circuit, p *policy) (ticket, reje
 // admitPlaced admits by state a call that holds a place in c's bulkhead,
 // giving the place back if the state refuses the call.
 func (t *Transport) admitPlaced(c *circuit, p *policy) (ticket, rejectReason, *transition, error) {
+	giveBack := true
+	defer func() {
+		if giveBack { // refused by state, or the fleet's ProbeLease panicked
+			c.release(ticket{s: &p.settings})
+		}
+	}()
 	tk, reason, tr := c.b.admitState(t.now(), &p.settings)
-	if reason != admitted {
-		c.release(ticket{s: &p.settings})
-	}
+	giveBack = reason != admitted
 	return tk, reason, tr, nil
 }

@@ -130,6 +130,9 @@ func (t *Transport) applyHint(h Hint) {
 // Reset), or closes and clears, whatever the state. Every open hint
 // carries its backoff.
 func (t *Transport) take(c *circuit, h Hint) {
+	if c.pol.Load().mode == ModeOff {
+		return // no breaker
+	}
 	switch {
 	case h.State == StateOpen && h.Operator:
 		d := time.Duration(math.MaxInt64) // until Reset

@@ -116,14 +116,18 @@ func (t *Transport) now() int64 { return int64(time.Since(t.epoch)) }
 // request is rejected), and returns either a response or an error, never
 // both.
 //
-// When the request's breaker admits it, the request goes to next
-// unchanged and the outcome is classified (see WithClassifier) and
-// counted, when the headers arrive or, under WithBodyErrors, when the
+// When the request's breaker admits it, the request goes to next — the
+// caller's own, or a shallow copy when it has a body (to tell the
+// caller's upload errors from the dependency's) or a call timeout (see
+// WithCallTimeout) — and the outcome is classified (see WithClassifier)
+// and counted, when the headers arrive or, under WithBodyErrors, when the
 // body of a successful response ends. When the breaker is open, or
-// half-open with every probe slot taken, or the bulkhead is full, the
-// request never reaches next: the caller gets the synthetic 503 (see
-// IsRejected), or the fallback's answer (WithFallback), or a
-// *RejectedError (WithRejectAsError).
+// half-open with every probe slot taken, or the bulkhead is full (and its
+// queue, see WithQueue, full or too slow), the request never reaches
+// next: the caller gets the synthetic 503 (see IsRejected), or the
+// fallback's answer (WithFallback), or a *RejectedError
+// (WithRejectAsError). A breaker in ModeShadow refuses nothing, and one in
+// ModeOff is not there (see WithMode).
 //
 // Requests no dependency could answer — no URL, no host, a scheme other
 // than http or https — go straight to next, which fails them with its own
@@ -135,9 +139,9 @@ func (t *Transport) now() int64 { return int64(time.Since(t.epoch)) }
 // that has spent its own budget, and the call is ignored.
 //
 // Time: the request path reads the clock once, at admission. A success
-// counts in the window at that time; any other outcome, and every call
-// under a slow-call threshold, reads the clock again and counts when the
-// call ended.
+// counts in the window at that time; any other outcome, a half-open
+// probe, and every call under a slow-call threshold read the clock again
+// and count when the call ended.
 func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error) {
 	if req == nil {
 		return nil, errors.New("httpbreaker: nil Request")
@@ -150,13 +154,17 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	defer g.unwind()
 
 	c := t.circuit(req) // the key's breaker; a KeyFunc that panics leaves the body to the guard
-	if c == nil || c.pol.Load().mode == ModeOff {
+	var p *policy
+	if c != nil {
+		p = c.pol.Load() // one policy for the whole call, whatever Update does
+	}
+	if c == nil || p.mode == ModeOff {
 		// Unroutable, no room for a breaker, or no breaker wanted: next
 		// answers alone.
 		g.unsent = false
 		return checked(t.next.RoundTrip(req))
 	}
-	p, b, now := c.pol.Load(), &c.b, t.now() // one policy for the whole call, whatever Update does
+	b, now := &c.b, t.now()
 	tk, reason, tr := b.admit(now, &p.settings)
 	if reason == rejectBulkhead && p.queue > 0 && p.mode == ModeEnforce {
 		tk, reason, tr, err = t.wait(req, c, p)
@@ -165,20 +173,22 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		}
 		now = t.now() // a call timeout starts when the call leaves the line
 	}
-	if reason != admitted {
+	if reason == admitted {
+		g.b, g.tk = c, tk
 		t.notify(tr)
-		if p.mode == ModeShadow {
-			c.shadowed[reason].Add(1)
-			g.unsent = false
-			return checked(t.next.RoundTrip(req)) // it would have been refused: it counts for nothing
+	} else {
+		if p.queue > 0 {
+			c.wake(&p.settings) // a place admit gave back may be a waiter's
 		}
-		c.rejected[reason].Add(1)
-		closeBody(req) // first: a fallback that panics must not leak it
-		g.unsent = false
-		return t.reject(req, c, p, reason, now)
+		t.notify(tr)
+		if p.mode != ModeShadow {
+			c.rejected[reason].Add(1)
+			closeBody(req) // first: a fallback that panics must not leak it
+			g.unsent = false
+			return t.reject(req, c, p, reason, now)
+		}
+		c.shadowed[reason].Add(1) // it goes through as if admitted, and counts for nothing
 	}
-	g.b, g.tk = c, tk
-	t.notify(tr)
 	short := false
 	if d, ok := req.Context().Deadline(); ok {
 		short = d.Sub(t.epoch)-time.Duration(now) < minBudget
@@ -194,11 +204,15 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	if g.cancel != nil {
 		resp, err = g.endCallTimeout(sent, resp, err)
 	}
+	if reason != admitted {
+		g.resp = nil
+		return resp, err // a shadow breaker's pass
+	}
 
 	o := p.classify(req, resp, err)
 	end := now
-	if o != OutcomeSuccess || p.slowCall > 0 {
-		end = t.now()
+	if o != OutcomeSuccess || p.slowCall > 0 || tk.probe != 0 {
+		end = t.now() // a probe's end decides whether it outlived the probe bound
 	}
 	o = p.judge(req, o, err, now, end, short, t.epoch)
 	if err != nil && upload.failed() {
