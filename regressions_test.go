@@ -216,9 +216,9 @@ type panicLeaseStore struct{ memStore }
 
 type panicMember struct{}
 
-func (*panicLeaseStore) Join(func(Hint)) Member { return panicMember{} }
-func (panicMember) Publish(Hint)                               {}
-func (panicMember) ProbeLease(string, time.Duration) Lease      { panic("store bug") }
+func (*panicLeaseStore) Join(func(Hint)) Member            { return panicMember{} }
+func (panicMember) Publish(Hint)                           {}
+func (panicMember) ProbeLease(string, time.Duration) Lease { panic("store bug") }
 
 // R11: a panic in Store.ProbeLease, called by admitState after admitHeld
 // took a bulkhead place, leaks the place: the guard does not know it.

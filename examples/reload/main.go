@@ -61,7 +61,7 @@
 //	go run ./examples/reload                        # a sample file in a temporary directory
 //	go run ./examples/reload -config breakers.json  # your file: the walkthrough edits it
 //
-// It runs a walkthrough of about a second, playing the operator: it
+// It runs a walkthrough of well under a second, playing the operator: it
 // edits the file and sends itself SIGHUP, as kill -HUP would, and prints
 // each answer of the service, the breakers' state, and the log. It exits
 // when done, or at SIGINT.
