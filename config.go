@@ -3,6 +3,7 @@ package httpbreaker
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -139,7 +140,7 @@ func (p *PolicyConfig) UnmarshalJSON(b []byte) error {
 			return fmt.Errorf("unknown field %q", name)
 		}
 		if err := json.Unmarshal(v, fs[i].ptr); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+			return fmt.Errorf("%s: %s", name, strings.TrimPrefix(err.Error(), "httpbreaker: "))
 		}
 	}
 	return nil
@@ -280,12 +281,15 @@ func (p *PolicyConfig) options() []Option {
 	return opts
 }
 
-// ParseConfig decodes a Config from JSON, as json.Unmarshal would, and
-// validates it.
+// ParseConfig decodes a Config from JSON, as json.Unmarshal would
+// (trailing data is an error), and validates it. A document that is only
+// null is an error too: it would reset every setting to its default.
 func ParseConfig(data []byte) (Config, error) {
 	var c Config
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&c); err != nil {
+	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
+		return Config{}, errors.New("httpbreaker: Config: null: want an object")
+	}
+	if err := json.Unmarshal(data, &c); err != nil { // refuses trailing data, as a half-rewritten file may have
 		return Config{}, err
 	}
 	if err := c.Validate(); err != nil {

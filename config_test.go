@@ -101,3 +101,12 @@ func TestConfigUpdate(t *testing.T) {
 	require.NoError(t, tr.Update(opts...))
 	require.Equal(t, 0.25, tr.policies.Load().of("payments.internal").failureRate)
 }
+
+func TestParseConfigRefusesTrailingDataAndNull(t *testing.T) {
+	for _, bad := range []string{`{"min_requests": 3} {"min_requests": 5}`, `{"min_requests": 3} garbage`, `{"min_requests": 3}]`, `null`, ` null `} {
+		_, err := ParseConfig([]byte(bad))
+		require.Error(t, err, bad)
+	}
+	_, err := ParseConfig([]byte(`{"mode": "x"}`))
+	require.ErrorContains(t, err, `httpbreaker: Config: mode: unknown mode "x"`, "one prefix")
+}

@@ -28,8 +28,10 @@ const minBudget = 50 * time.Millisecond
 // state is computed from the clock when it is needed.
 //
 // Transport is safe for concurrent use by multiple goroutines. Its
-// configuration cannot change after New. The zero Transport is not
-// usable: its RoundTrip returns an error, and it has no breakers.
+// tunable settings change at run time through Update; the options that
+// shape it (the key function, the cap, metrics, logger, hook and Store)
+// stay as New set them. The zero Transport is not usable: its RoundTrip
+// returns an error, and it has no breakers.
 type Transport struct {
 	next     http.RoundTripper
 	keys     keying                   // how a request picks its breaker

@@ -91,9 +91,9 @@ func (t *Transport) update(opts []Option) error {
 
 // logChanges logs at Info each setting whose value differs between the
 // policies from and to: Transport-wide, and for each selector either
-// names.
+// names, unless the selector only inherits the Transport-wide change.
 func logChanges(l *slog.Logger, from, to *policies) {
-	logDiff(l, "*", from.base, to.base)
+	logDiff(l, "*", from.base, to.base, nil)
 	var sels []string
 	for _, ps := range []*policies{from, to} {
 		for _, r := range ps.rules {
@@ -104,15 +104,21 @@ func logChanges(l *slog.Logger, from, to *policies) {
 	}
 	for _, sel := range sels {
 		s, _ := parseSelector(sel)
-		logDiff(l, sel, from.of(s.example()), to.of(s.example()))
+		logDiff(l, sel, from.of(s.example()), to.of(s.example()), []*policy{from.base, to.base})
 	}
 }
 
-// logDiff logs each setting that differs between a and b, for selector.
-func logDiff(l *slog.Logger, selector string, a, b *policy) {
+// logDiff logs each setting that differs between a and b, for selector,
+// but one that changed exactly as it did between the Transport-wide
+// policies in wide (when given).
+func logDiff(l *slog.Logger, selector string, a, b *policy, wide []*policy) {
 	va, vb := describe(a), describe(b)
+	var wa, wb []setting
+	if wide != nil {
+		wa, wb = describe(wide[0]), describe(wide[1])
+	}
 	for i := range va {
-		if va[i].value != vb[i].value {
+		if va[i].value != vb[i].value && (wide == nil || va[i] != wa[i] || vb[i] != wb[i]) {
 			l.LogAttrs(context.Background(), slog.LevelInfo, "httpbreaker: setting changed",
 				slog.String("selector", selector), slog.String("setting", va[i].name),
 				slog.String("from", va[i].value), slog.String("to", vb[i].value))

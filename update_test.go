@@ -173,12 +173,14 @@ func TestUpdateLogsWhatChanged(t *testing.T) {
 	var buf bytes.Buffer
 	reg := prometheus.NewPedanticRegistry()
 	tr := New(nil, WithLogger(slog.New(slog.NewTextHandler(&buf, nil))), WithMetrics(reg),
-		WithPolicy("pay.test", WithFailureRate(0.25)))
-	require.NoError(t, tr.Update(WithFailureRate(0.6), WithPolicy("pay.test", WithFailureRate(0.25), WithMode(ModeShadow))))
+		WithPolicy("pay.test", WithFailureRate(0.25)), WithPolicy("recs.test", WithMinRequests(3)))
+	require.NoError(t, tr.Update(WithFailureRate(0.6), WithPolicy("pay.test", WithFailureRate(0.25), WithMode(ModeShadow)),
+		WithPolicy("recs.test", WithMinRequests(3))))
 	out := buf.String()
 	require.Contains(t, out, `selector=* setting=failure_rate from=0.5 to=0.6`)
 	require.Contains(t, out, `selector=pay.test setting=mode from=enforce to=shadow`)
 	require.NotContains(t, out, `selector=pay.test setting=failure_rate`, "unchanged for that selector")
+	require.NotContains(t, out, `selector=recs.test`, "it only inherits the Transport-wide change")
 	require.Equal(t, 1.0, gaugeValue(t, reg, "breaker_config_updates_total", `result="ok"`))
 }
 
