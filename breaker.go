@@ -197,8 +197,6 @@ type breaker struct {
 	// throttleSince is 1 + the clock time at which 429s started to make
 	// up the failure rate, or 0 when they do not.
 	throttleSince atomic.Int64
-	// throttleLast is the clock time of the last 429 seen.
-	throttleLast atomic.Int64
 	// retryHint is the longest Retry-After (ns) seen on a failed or
 	// throttled response since the last transition, and retryHintAt the
 	// clock time it was seen: a hint older than the window is not one of
@@ -497,24 +495,20 @@ func (b *breaker) maybeTrip(w uint64, now int64, s *settings, throttled bool) *t
 }
 
 // throttleSustained reports whether 429s have made up the failure rate of
-// at least MinRequests outcomes for the sustain period without
-// interruption. The streak is checked on every 429 (throttled is true) and
-// on every failure; it breaks when the condition fails or when no 429 has
-// been seen for a bucket width, so a burst that ended never counts.
+// at least MinRequests outcomes in the window for the sustain period
+// without interruption. The condition is checked on every 429 (throttled
+// is true) and on every failure, against the window as it is then; the
+// streak starts at the first 429 that finds it holding, and breaks at the
+// first check that finds it not holding (maybeTrip breaks it too when the
+// window holds fewer than MinRequests outcomes). Gaps between 429s do not
+// break it while the window still shows them making up the rate: 429s
+// that arrive in batches count as sustained as a steady stream does.
 func (b *breaker) throttleSustained(now int64, c counts, s *settings, throttled bool) bool {
-	holds := float64(c[OutcomeThrottled]) >= s.failureRate*float64(c.requests())
-	if holds && !throttled && now-b.throttleLast.Load() > b.window().width {
-		holds = false // the 429s stopped: the streak is over
-	}
-	if !holds {
-		b.throttleSince.Store(0)
+	if float64(c[OutcomeThrottled]) < s.failureRate*float64(c.requests()) {
+		b.throttleSince.Store(0) // the condition stopped holding: the streak is over
 		return false
 	}
 	if throttled {
-		if since := b.throttleSince.Load(); since != 0 && now-b.throttleLast.Load() > b.window().width {
-			b.throttleSince.CompareAndSwap(since, 0) // a gap: start a new streak
-		}
-		b.throttleLast.Store(now)
 		b.throttleSince.CompareAndSwap(0, now+1)
 	}
 	since := b.throttleSince.Load()

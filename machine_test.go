@@ -197,6 +197,19 @@ func TestMachineSustained429(t *testing.T) {
 		rows = append(rows, call(10*sec, slow, StateOpen).counts("10/0/10"))
 		runMachine(t, s, nil, rows)
 	})
+	t.Run("429s in batches", func(t *testing.T) {
+		// Ten every 2s, every one a 429: the window stays full of them,
+		// and the gaps between batches do not break the streak.
+		s := mset(func(s *settings) { s.minRequests, s.throttleSustain = 20, 10*sec })
+		var rows []mrow
+		for batch := range 6 {
+			for range 10 {
+				rows = append(rows, call(time.Duration(2*batch)*sec, slow, StateClosed))
+			}
+		}
+		rows = append(rows, call(12*sec, slow, StateOpen)) // MinRequests reached at 2s: 10s sustained
+		runMachine(t, s, nil, rows)
+	})
 	t.Run("429s that are a minority", func(t *testing.T) {
 		var rows []mrow
 		for i := range 30 {

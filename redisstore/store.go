@@ -178,7 +178,12 @@ type Store struct {
 
 	channel     string
 	openPrefix  string // <prefix>:open:
+	tripPrefix  string // <prefix>:trip:
 	leasePrefix string // <prefix>:lease:
+
+	// decode parses what is read from Redis: decodeWire, or decodeV1 in
+	// the tests that play a Store of an earlier release.
+	decode func(string) (wireHint, error)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -204,9 +209,12 @@ type Store struct {
 	lastSync    time.Time    // last resync attempt; used by the subscriber goroutine only
 
 	mu     sync.Mutex
-	hints  map[string]hintEntry  // known open hints, by key; guarded by mu
-	own    map[string]ownHint    // this Store's members' own open hints; guarded by mu
-	leases map[string]leaseState // guarded by mu
+	hints  map[string]hintEntry    // known open hints, by key; guarded by mu
+	own    map[string]ownHint      // this Store's members' own open hints; guarded by mu
+	trips  map[string]tripEntry    // known operator's trips, by key; guarded by mu
+	resets map[string]pendingReset // this Store's members' Resets not yet in Redis; guarded by mu
+	leases map[string]leaseState   // guarded by mu
+	seq    uint64                  // the last number given to an operator's hint of a member; guarded by mu
 
 	// members are the Store's members, member n at index n-1. Join
 	// appends; nothing else changes it, so a copy of the slice header
@@ -226,19 +234,73 @@ type member struct {
 // hintEntry is a known open hint.
 type hintEntry struct {
 	retryAt time.Time
-	sender  string // the member that published it (wire sender ID)
+	cycles  int       // failed probe cycles behind it
+	sender  string    // the member that published it (wire sender ID)
+	at      time.Time // when this Store learnt it
+}
+
+// same reports whether e and o are the same hint, as learnt from a
+// message and from its key: same sender and cycles, and retry-ats that
+// differ by no more than the message's latency and the clocks' rounding.
+func (e hintEntry) same(o hintEntry) bool {
+	return e.sender == o.sender && e.cycles == o.cycles && e.retryAt.Sub(o.retryAt).Abs() < sameHint
 }
 
 // ownHint is an open hint one of this Store's members published.
 type ownHint struct {
 	retryAt time.Time
+	cycles  int
 	by      *member
 }
 
-// outHint is a hint waiting to be published in Redis.
+// tripEntry is a known operator's trip (httpbreaker.Transport.Trip): an
+// open hint that the Store keeps apart from the others, under its own key
+// in Redis, since it is taken exactly (no MaxOpen, no Transport's cap)
+// and only an operator's Reset ends it before its time.
+type tripEntry struct {
+	retryAt time.Time // zero: until Reset
+	cycles  int
+	sender  string    // the member that tripped (wire sender ID)
+	at      time.Time // when this Store learnt it
+	// by is the member of this Store that tripped, nil for another
+	// instance's trip; seq numbers its Publish, and sent is when the
+	// publisher last wrote it to Redis (zero: not yet).
+	by   *member
+	seq  uint64
+	sent time.Time
+}
+
+// live reports whether the trip still holds at now.
+func (e tripEntry) live(now time.Time) bool { return e.retryAt.IsZero() || e.retryAt.After(now) }
+
+// same reports whether e and o are the same trip (see hintEntry.same).
+func (e tripEntry) same(o tripEntry) bool {
+	if e.retryAt.IsZero() || o.retryAt.IsZero() {
+		return e.sender == o.sender && e.retryAt.IsZero() == o.retryAt.IsZero()
+	}
+	return e.sender == o.sender && e.retryAt.Sub(o.retryAt).Abs() < sameHint
+}
+
+// hint is the trip as an httpbreaker.Hint for key.
+func (e tripEntry) hint(key string) httpbreaker.Hint {
+	return httpbreaker.Hint{Key: key, State: httpbreaker.StateOpen, RetryAt: e.retryAt, Cycles: e.cycles, Operator: true}
+}
+
+// pendingReset is an operator's Reset by a member of this Store that has
+// not reached Redis yet (Redis was down): it is sent again with the
+// members' own open hints when Redis is back, so that the other instances
+// do not stay tripped.
+type pendingReset struct {
+	by  *member
+	seq uint64
+}
+
+// outHint is a hint waiting to be published in Redis; seq numbers an
+// operator's hint (see tripEntry), 0 for others.
 type outHint struct {
-	h  httpbreaker.Hint
-	by *member
+	h   httpbreaker.Hint
+	by  *member
+	seq uint64
 }
 
 // delivery is a hint waiting to be delivered to the members: to all of
@@ -314,7 +376,9 @@ func newStore(client redis.UniversalClient, opts Options) (*Store, error) {
 		now:         time.Now,
 		channel:     opts.Prefix + ":hints",
 		openPrefix:  opts.Prefix + ":open:",
+		tripPrefix:  opts.Prefix + ":trip:",
 		leasePrefix: opts.Prefix + ":lease:",
+		decode:      decodeWire,
 		ctx:         ctx,
 		cancel:      cancel,
 		queue:       make(chan outHint, opts.QueueSize),
@@ -323,6 +387,8 @@ func newStore(client redis.UniversalClient, opts Options) (*Store, error) {
 		deliverQ:    make(chan delivery, opts.QueueSize),
 		hints:       make(map[string]hintEntry),
 		own:         make(map[string]ownHint),
+		trips:       make(map[string]tripEntry),
+		resets:      make(map[string]pendingReset),
 		leases:      make(map[string]leaseState),
 	}, nil
 }
@@ -442,6 +508,13 @@ func (s *Store) local(sender string) bool {
 // counted in Errors. A closed hint also gives back the probe lease for its
 // key, held by this member (or by another member of the Store: the
 // breaker is closed for all of them).
+//
+// An open hint's RetryAt is cut to MaxOpen from now, and its Cycles to
+// maxCycles (9999). An operator's open hint (Trip) is taken exactly: its
+// RetryAt is not cut, and its zero RetryAt means until Reset. While an
+// operator's trip holds, a closed hint that is not an operator's (a
+// breaker that closed on its own, having missed the trip) is not
+// delivered to the other members: only a Reset ends a trip early.
 func (m *member) Publish(h httpbreaker.Hint) {
 	s := m.s
 	if s.closed.Load() || h.Key == "" {
@@ -452,29 +525,52 @@ func (m *member) Publish(h httpbreaker.Hint) {
 		return
 	}
 	now := s.now()
-	switch h.State {
-	case httpbreaker.StateOpen:
+	deliver := true
+	var seq uint64
+	switch {
+	case h.State == httpbreaker.StateOpen && h.Operator:
+		if !h.RetryAt.IsZero() && !h.RetryAt.After(now) {
+			return
+		}
+		h.Cycles = clampCycles(h.Cycles)
+		s.mu.Lock()
+		s.seq++
+		seq = s.seq
+		s.setTripLocked(h.Key, tripEntry{retryAt: h.RetryAt, cycles: h.Cycles, sender: m.id, at: now, by: m, seq: seq}, now)
+		delete(s.resets, h.Key)
+		s.mu.Unlock()
+	case h.State == httpbreaker.StateOpen:
 		r, ok := retryAt(h.RetryAt.Sub(now), now, s.opt.MaxOpen)
 		if !ok {
 			return
 		}
-		h.RetryAt = r
+		h.RetryAt, h.Cycles = r, clampCycles(h.Cycles)
 		s.mu.Lock()
-		s.setHintLocked(h.Key, hintEntry{retryAt: r, sender: m.id}, now)
+		s.setHintLocked(h.Key, hintEntry{retryAt: r, cycles: h.Cycles, sender: m.id, at: now}, now)
 		if _, ok := s.own[h.Key]; ok || len(s.own) < maxHints {
-			s.own[h.Key] = ownHint{retryAt: r, by: m}
+			s.own[h.Key] = ownHint{retryAt: r, cycles: h.Cycles, by: m}
 		}
 		s.mu.Unlock()
-	case httpbreaker.StateClosed:
-		h.RetryAt = time.Time{}
+	case h.State == httpbreaker.StateClosed:
+		h.RetryAt, h.Cycles = time.Time{}, 0
 		s.mu.Lock()
 		delete(s.hints, h.Key)
 		delete(s.own, h.Key)
+		if h.Operator {
+			delete(s.trips, h.Key)
+			s.seq++
+			seq = s.seq
+			if _, ok := s.resets[h.Key]; ok || len(s.resets) < maxHints {
+				s.resets[h.Key] = pendingReset{by: m, seq: seq}
+			}
+		} else {
+			deliver = !s.trippedLocked(h.Key, now)
+		}
 		s.mu.Unlock()
 	default:
 		return
 	}
-	if s.hasReceivers(m.n) {
+	if deliver && s.hasReceivers(m.n) {
 		select {
 		case s.deliverQ <- delivery{h: h, from: m.n}:
 		default:
@@ -482,27 +578,45 @@ func (m *member) Publish(h httpbreaker.Hint) {
 		}
 	}
 	select {
-	case s.queue <- outHint{h: h, by: m}:
+	case s.queue <- outHint{h: h, by: m, seq: seq}:
 	default:
 		s.errs.Add(1)
 	}
 }
 
+// clampCycles bounds a count of failed probe cycles to what the wire
+// carries.
+func clampCycles(c int) int { return min(max(c, 0), maxCycles) }
+
+// trippedLocked reports whether an operator's trip of key holds at now.
+// Requires mu held.
+func (s *Store) trippedLocked(key string, now time.Time) bool {
+	e, ok := s.trips[key]
+	return ok && e.live(now)
+}
+
 // Lookup returns the open hint known for key, if there is one whose
-// RetryAt has not passed. While Redis is unavailable, or before the Store
-// has synchronised, it returns false: the hints in memory may be stale,
-// and each instance falls back on its own breakers. It reads memory only.
+// RetryAt has not passed: an operator's trip if one holds (Operator set,
+// and a zero RetryAt for one until Reset), or else the latest open hint,
+// with its Cycles. While Redis is unavailable, or before the Store has
+// synchronised, it returns false: the hints in memory may be stale, and
+// each instance falls back on its own breakers. It reads memory only.
 func (s *Store) Lookup(key string) (httpbreaker.Hint, bool) {
 	if !s.healthy.Load() {
 		return httpbreaker.Hint{}, false
 	}
+	now := s.now()
 	s.mu.Lock()
+	t, tripped := s.trips[key]
 	e, ok := s.hints[key]
 	s.mu.Unlock()
-	if !ok || !e.retryAt.After(s.now()) {
+	if tripped && t.live(now) {
+		return t.hint(key), true
+	}
+	if !ok || !e.retryAt.After(now) {
 		return httpbreaker.Hint{}, false
 	}
-	return httpbreaker.Hint{Key: key, State: httpbreaker.StateOpen, RetryAt: e.retryAt}, true
+	return httpbreaker.Hint{Key: key, State: httpbreaker.StateOpen, RetryAt: e.retryAt, Cycles: e.cycles}, true
 }
 
 // fail counts a failed operation, marks Redis unavailable and, the first
@@ -576,6 +690,23 @@ func (s *Store) setHintLocked(key string, e hintEntry, now time.Time) bool {
 		}
 	}
 	s.hints[key] = e
+	return true
+}
+
+// setTripLocked records an operator's trip, keeping the map bounded as
+// setHintLocked does. Requires mu held.
+func (s *Store) setTripLocked(key string, e tripEntry, now time.Time) bool {
+	if _, ok := s.trips[key]; !ok && len(s.trips) >= maxHints {
+		for k, old := range s.trips {
+			if !old.live(now) {
+				delete(s.trips, k)
+			}
+		}
+		if len(s.trips) >= maxHints {
+			return false
+		}
+	}
+	s.trips[key] = e
 	return true
 }
 
