@@ -47,21 +47,75 @@ func canonicalKey(key string) string {
 const maxKeyLen = 512
 
 // HostKey is the default KeyFunc: the request's r.URL.Host, lower-cased,
-// with the port kept, so "API.example.com:8443" and "api.example.com:8443"
-// share a breaker but ":8443" and ":443" do not. It returns "" for a
-// request without a URL. Keys are valid UTF-8 (invalid bytes become
-// U+FFFD) and at most 512 bytes long: a longer host is cut at a character
-// boundary. It does not allocate when the host is lower-case ASCII.
+// without a trailing dot, with the port kept unless it is the scheme's
+// default and without leading zeros. So "https://API.example.com.:443",
+// "https://api.example.com" and "https://api.example.com:0443" share the
+// breaker "api.example.com", "api.example.com:8443" has its own, and
+// "http://x:443" keeps its port. It returns "" for a request without a
+// URL. Keys are valid UTF-8 (invalid bytes become U+FFFD) and at most 512
+// bytes long: a longer host is cut at a character boundary. It does not
+// allocate when the host is lower-case ASCII and needs no leading zero
+// or trailing dot removed.
 func HostKey(r *http.Request) string {
 	if r == nil || r.URL == nil {
 		return ""
 	}
 	h := r.URL.Host
 	if needsFold(h) {
-		return slowHostKey(h)
-	}
-	if len(h) > maxKeyLen {
+		h = slowHostKey(h)
+	} else if len(h) > maxKeyLen {
 		h = h[:maxKeyLen]
+	}
+	return trimHostPort(h, defaultPort(r.URL.Scheme))
+}
+
+// defaultPort is the port a URL of scheme has when it names none.
+func defaultPort(scheme string) string {
+	switch scheme {
+	case "http":
+		return "80"
+	case "https":
+		return "443"
+	}
+	return ""
+}
+
+// trimHostPort is host[:port] as a key names it: without a trailing dot
+// on the host, leading zeros on the port, or the port when it is def.
+// It allocates only to rejoin a host and port it changed.
+func trimHostPort(h, def string) string {
+	host, port := h, ""
+	if i := strings.LastIndexByte(h, ':'); i >= 0 && strings.IndexByte(h[i:], ']') < 0 {
+		host, port = h[:i], h[i+1:]
+		for len(port) > 1 && port[0] == '0' {
+			port = port[1:]
+		}
+	}
+	if len(host) > 1 && host[len(host)-1] == '.' {
+		host = host[:len(host)-1]
+	}
+	switch {
+	case port == "" || port == def:
+		return host
+	case len(host)+1+len(port) == len(h):
+		return h // nothing trimmed
+	}
+	return host + ":" + port
+}
+
+// canonicalHostKey is key as Trip, State and Reset read it: valid UTF-8,
+// and its host part (up to its first space) lower-cased, without a
+// trailing dot or leading zeros in its port, as HostKey makes it. A key
+// names a scheme's default port by leaving it out, as HostKey does.
+func canonicalHostKey(key string) string {
+	key = canonicalKey(key)
+	host, rest, isRoute := strings.Cut(key, " ")
+	h := trimHostPort(keyHost(host), "")
+	if h == host {
+		return key
+	}
+	if isRoute {
+		return h + " " + rest
 	}
 	return h
 }

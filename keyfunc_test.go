@@ -15,7 +15,17 @@ func TestHostKey(t *testing.T) {
 		"http://API.Example.com/x":      "api.example.com",
 		"https://api.example.com:8443/": "api.example.com:8443",
 		"http://127.0.0.1:9000/a?b=c":   "127.0.0.1:9000",
-		"http://[::1]:80/":              "[::1]:80",
+		"https://[::1]:80/":             "[::1]:80",
+		"http://[::1]:80/":              "[::1]",
+		"https://example.com:443/":      "example.com",
+		"https://example.com/":          "example.com",
+		"http://example.com.:80/":       "example.com",
+		"http://example.com./":          "example.com",
+		"http://example.com:0080/":      "example.com",
+		"http://example.com:08080/":     "example.com:8080",
+		"http://example.com:443/":       "example.com:443",
+		"https://Example.COM.:0443/":    "example.com",
+		"http://127.0.0.1:00/":          "127.0.0.1:0",
 	} {
 		require.Equal(t, want, HostKey(mustReq(t, u)), u)
 	}
@@ -161,4 +171,24 @@ func TestFullCapTakesNoLock(t *testing.T) {
 	})
 	require.Equal(t, int64(5), d.calls.Load(), "every request reached the dependency")
 	require.Equal(t, int64(3), tr.breakers.get("api.test").b.window().totals().requests())
+}
+
+// TestOperatorKeysReadAsHostKeyDoes: Trip, State and Reset read a key's
+// host part as HostKey does, so an operator's spelling reaches the
+// breaker requests use.
+func TestOperatorKeysReadAsHostKeyDoes(t *testing.T) {
+	tr := New(newDep(200))
+	for _, spelling := range []string{"API.Example.com", "api.example.com.", "Api.Example.Com.", "api.example.com:0443 GET /x"} {
+		tr.Trip(spelling, time.Hour)
+	}
+	for _, u := range []string{"https://api.example.com/", "https://API.EXAMPLE.COM.:443/v1"} {
+		resp, err := get(t, tr, u)
+		require.NoError(t, err)
+		require.True(t, IsRejected(resp), u)
+	}
+	require.Equal(t, StateOpen, tr.State("API.example.com."))
+	require.Equal(t, StateOpen, tr.State("api.example.com:443 GET /x"), "a route key's host part too")
+	tr.Reset("Api.Example.Com")
+	require.Equal(t, StateClosed, tr.State("api.example.com"))
+	require.ElementsMatch(t, []string{"api.example.com", "api.example.com:443 GET /x"}, keys(tr))
 }

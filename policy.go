@@ -165,7 +165,7 @@ func parseSelector(s string) (selector, error) {
 			return sel, fmt.Errorf("selector %q: a wildcard names hosts on any port, as in \"*.example.com\"", s)
 		}
 	default:
-		sel.kind, sel.host = selHost, keyHost(s)
+		sel.kind, sel.host = selHost, trimHostPort(keyHost(s), "")
 		if _, port := splitKeyPort(sel.host); port != "" {
 			sel.kind = selHostPort
 		}

@@ -313,7 +313,7 @@ func (t *Transport) CloseIdleConnections() {
 // without a live breaker. An open breaker whose open period has ended
 // reports StateHalfOpen: the next request will be a probe.
 func (t *Transport) State(key string) State {
-	c := t.breakers.get(canonicalKey(key))
+	c := t.breakers.get(canonicalHostKey(key))
 	if c == nil {
 		return StateClosed
 	}
@@ -333,7 +333,7 @@ func (t *Transport) Trip(key string, d time.Duration) {
 	if d <= 0 {
 		return
 	}
-	key = canonicalKey(key)
+	key = canonicalHostKey(key)
 	c := t.breakers.get(key)
 	if c == nil && len(key) <= maxKeyLen {
 		c = t.create(nil, key)
@@ -375,7 +375,7 @@ func (t *Transport) operate(tr *transition, h Hint) {
 // Reset closes key's breaker and clears its counts and backoff. With a
 // Store (WithStore), it closes key's breaker on every instance.
 func (t *Transport) Reset(key string) {
-	key = canonicalKey(key)
+	key = canonicalHostKey(key)
 	if c := t.breakers.get(key); c != nil {
 		t.operate(c.b.reset(t.now()), Hint{Key: key, State: StateClosed, Operator: true})
 	} else if t.member != nil {
