@@ -342,3 +342,45 @@ func TestBodyErrorsBulkheadPlaceFreedAtTheHeaders(t *testing.T) {
 	readAllClose(t, first.Body, nil)
 	require.Equal(t, counts{OutcomeSuccess: 2}, totals(t, tr, "dep.test"))
 }
+
+// errBody is a response body whose reads fail.
+type errBody struct{}
+
+func (errBody) Read([]byte) (int, error) { return 0, errors.New("connection reset by peer") }
+func (errBody) Close() error             { return nil }
+
+// TestBodyClassifierPanicFreesTheProbe: under WithBodyErrors, a
+// classifier that panics while judging a probe's body gives the probe
+// slot back, and the probe counts for nothing (issue 17.5).
+func TestBodyClassifierPanicFreesTheProbe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fail := true
+		next := rtFunc(func(req *http.Request) (*http.Response, error) {
+			if fail {
+				return response(req, http.StatusInternalServerError, nil), nil
+			}
+			resp := response(req, http.StatusOK, nil)
+			resp.Body = errBody{}
+			return resp, nil
+		})
+		tr := New(next, WithMinRequests(1), WithJitter(0), WithOpenTimeout(time.Second), WithBodyErrors(),
+			WithClassifier(func(req *http.Request, resp *http.Response, err error) Outcome {
+				if resp == nil && err != nil {
+					panic("classifier bug")
+				}
+				return DefaultClassifier(req, resp, err)
+			}))
+		_, _ = get(t, tr, testURL)
+		require.Equal(t, StateOpen, tr.State(testKey))
+		time.Sleep(time.Second)
+		fail = false
+		resp, err := tr.RoundTrip(mustReq(t, testURL)) // the probe
+		require.NoError(t, err)
+		require.PanicsWithValue(t, "classifier bug", func() { _, _ = io.ReadAll(resp.Body) })
+		resp, err = tr.RoundTrip(mustReq(t, testURL))
+		require.NoError(t, err)
+		require.False(t, IsRejected(resp), "the slot was given back: the next call probes")
+		resp.Body.Close()
+		require.Equal(t, StateHalfOpen, tr.State(testKey), "the panicking probe decided nothing")
+	})
+}

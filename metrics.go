@@ -95,7 +95,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 // and no user hook ever runs in a scrape.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	now := c.t.now()
-	c.t.breakers.eachKey(func(k *circuit) bool { // a second series would fail the scrape
+	c.t.breakers.eachKey(c.t.maxBreakers, func(k *circuit) bool { // a second series would fail the scrape
 		if k.pol.Load().mode == ModeOff {
 			return true // no breaker
 		}

@@ -10,7 +10,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -282,4 +284,42 @@ func TestAlertRulesMatchTheExposition(t *testing.T) {
 		}
 	}
 	require.Equal(t, 5, exprs, "selectors in the rules")
+}
+
+// TestScrapeNeverShowsMoreThanTheCap: during a flood of new hosts that
+// evicts breakers as fast as it makes them, on real goroutines under
+// -race, no scrape and no Snapshot lists more breakers than
+// WithMaxBreakers (issue 17.7).
+func TestScrapeNeverShowsMoreThanTheCap(t *testing.T) {
+	const limit = 200
+	reg := prometheus.NewPedanticRegistry()
+	tr := New(rtFunc(func(req *http.Request) (*http.Response, error) {
+		return response(req, http.StatusOK, nil), nil
+	}), WithMaxBreakers(limit), WithWindow(10*time.Millisecond), WithMetrics(reg))
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 2 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, _ = get(t, tr, "http://h"+strconv.Itoa(g)+"-"+strconv.Itoa(i)+".test/")
+			}
+		})
+	}
+	most, mostSnap := 0, 0
+	for range 40 {
+		n, err := testutil.GatherAndCount(reg, "breaker_state")
+		require.NoError(t, err)
+		most = max(most, n/int(numStates))
+		mostSnap = max(mostSnap, len(tr.Snapshot()))
+	}
+	close(stop)
+	wg.Wait()
+	require.LessOrEqual(t, most, limit, "breakers in one scrape")
+	require.LessOrEqual(t, mostSnap, limit, "breakers in one Snapshot")
+	require.Positive(t, most)
 }

@@ -69,7 +69,7 @@ func (t *Transport) Snapshot() []Status {
 	now := t.now()
 	var out []Status
 	var trs []*transition
-	t.breakers.eachKey(func(c *circuit) bool {
+	t.breakers.eachKey(t.maxBreakers, func(c *circuit) bool {
 		if c.pol.Load().mode == ModeOff {
 			return true // no breaker
 		}

@@ -176,11 +176,19 @@ func (t *breakerTable) remove(b *circuit) {
 // a key removed and inserted again during the walk can sit in two slots
 // the walk meets, its old breaker and its new one, and eachKey calls f
 // for the first of them only, so that each key is seen once.
-func (t *breakerTable) eachKey(f func(*circuit) bool) {
+//
+// It also calls f for at most limit circuits, and none already evicted:
+// a walk beside a flood of evictions and insertions could otherwise meet
+// more circuits than were ever live at once, and a scrape would show
+// more than the cap's worth of series.
+func (t *breakerTable) eachKey(limit int, f func(*circuit) bool) {
 	seen := make(map[string]struct{})
 	t.each(func(b *circuit) bool {
-		if _, dup := seen[b.b.key]; dup {
+		if _, dup := seen[b.b.key]; dup || b.evicted.Load() {
 			return true
+		}
+		if len(seen) == limit {
+			return false
 		}
 		seen[b.b.key] = struct{}{}
 		return f(b)
