@@ -310,16 +310,14 @@ func (ps *policies) of(key string) *policy {
 // resolve returns the policy of key: the Transport-wide policy with every
 // rule that names key applied over it, from the widest.
 func (ps *policies) resolve(key string) (*policy, error) {
+	if !slices.ContainsFunc(ps.rules, func(r rule) bool { return r.sel.matches(key) }) {
+		return ps.base, nil // shared: no copy to make
+	}
 	c := config{policy: ps.raw}
-	matched := false
 	for _, r := range ps.rules {
 		if r.sel.matches(key) {
 			c.applyAll("WithPolicy", r.opts)
-			matched = true
 		}
-	}
-	if !matched {
-		return ps.base, nil
 	}
 	if len(c.errs) > 0 {
 		return nil, errors.New(c.errs[0])
