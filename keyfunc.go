@@ -84,9 +84,20 @@ func defaultPort(scheme string) string {
 // on the host, leading zeros on the port, or the port when it is def.
 // It allocates only to rejoin a host and port it changed.
 func trimHostPort(h, def string) string {
+	n := len(h)
+	if n == 0 {
+		return h
+	}
+	if c := h[n-1]; c != '.' && (c < '0' || c > '9') {
+		return h // no port and no trailing dot: most hosts
+	}
 	host, port := h, ""
-	if i := strings.LastIndexByte(h, ':'); i >= 0 && strings.IndexByte(h[i:], ']') < 0 {
-		host, port = h[:i], h[i+1:]
+	i := n
+	for i > 0 && h[i-1] >= '0' && h[i-1] <= '9' {
+		i--
+	}
+	if i < n && i > 0 && h[i-1] == ':' {
+		host, port = h[:i-1], h[i:]
 		for len(port) > 1 && port[0] == '0' {
 			port = port[1:]
 		}

@@ -55,8 +55,16 @@ func (p *policy) classify(req *http.Request, resp *http.Response, err error) Out
 // Transport.RoundTrip), and a success slower than the slow-call
 // threshold is a failure.
 func (p *policy) judge(req *http.Request, o Outcome, err error, start, end int64, short bool, epoch time.Time) Outcome {
+	if o == OutcomeFailure && short || o == OutcomeSuccess && p.slowCall > 0 {
+		return p.rejudge(req, o, err, start, end, epoch)
+	}
+	return o
+}
+
+// rejudge is judge for the outcomes its rules may change.
+func (p *policy) rejudge(req *http.Request, o Outcome, err error, start, end int64, epoch time.Time) Outcome {
 	switch {
-	case o == OutcomeFailure && short && err != nil && callerEnded(req, epoch.Add(time.Duration(end))) == endedByDeadline:
+	case o == OutcomeFailure && err != nil && callerEnded(req, epoch.Add(time.Duration(end))) == endedByDeadline:
 		return OutcomeIgnored
 	case o == OutcomeSuccess && p.slowCall > 0 && time.Duration(end-start) > p.slowCall:
 		return OutcomeFailure

@@ -81,7 +81,7 @@ func (q *queue) refuseAll() {
 // hands free places to waiting calls, oldest first.
 func (c *circuit) release(tk ticket) {
 	c.b.release(tk)
-	if tk.s.maxConcurrent > 0 && c.line.waiting.Load() > 0 {
+	if c.line.waiting.Load() > 0 { // only ever under WithQueue
 		c.wake(tk.s)
 	}
 }
