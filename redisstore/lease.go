@@ -80,6 +80,12 @@ func (s *Store) pendingFor() time.Duration { return 4 * s.opt.OpTimeout }
 //     another instance, or while the Store is asking Redis for it in the
 //     background (the answer usually arrives within a round trip, before
 //     the Transport asks again);
+//   - LeaseDenied, without asking Redis, while the latest open hint
+//     another member published for key says the fleet's open period has
+//     not ended (for at most ttl from when this Store learnt it), or an
+//     operator's trip by another member holds: the prober that published
+//     it backs off as one breaker does, and no other member probes in its
+//     place before the period it reached is over;
 //   - LeaseUnavailable while Redis is unavailable or too slow to answer,
 //     when the lease key holds garbage, or for an invalid key or ttl: the
 //     Transport then probes on its own, as without a Store.
@@ -92,6 +98,9 @@ func (m *member) ProbeLease(key string, ttl time.Duration) httpbreaker.Lease {
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.fleetOpenLocked(m, key, ttl, now) {
+		return httpbreaker.LeaseDenied
+	}
 	l, known := s.leases[key]
 	if now.Before(l.until) {
 		switch l.kind {
@@ -129,6 +138,22 @@ func (m *member) ProbeLease(key string, ttl time.Duration) httpbreaker.Lease {
 		s.errs.Add(1)
 		return httpbreaker.LeaseUnavailable
 	}
+}
+
+// fleetOpenLocked reports whether another member than m has said that
+// key's open period goes on at now: its latest open hint, learnt less
+// than ttl ago, or its operator's trip. A Transport's breaker only learns
+// a fleet's open hint while it is closed (and its cycles always), so a
+// member whose own open period has ended asks for the lease while the
+// prober's backed-off one goes on; without this it would take the lease
+// as soon as the prober's ran out (MaxOpenTimeout after it was taken) and
+// probe early. Requires mu held.
+func (s *Store) fleetOpenLocked(m *member, key string, ttl time.Duration, now time.Time) bool {
+	if t, ok := s.trips[key]; ok && t.sender != m.id && t.live(now) {
+		return true
+	}
+	e, ok := s.hints[key]
+	return ok && e.sender != m.id && now.Before(e.retryAt) && now.Before(e.at.Add(ttl))
 }
 
 // leaser runs lease acquisitions and releases, a batch per round trip.

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/httpbreaker/httpbreaker"
@@ -15,10 +16,14 @@ import (
 // hintScript records a hint under KEYS[1] and publishes it, atomically, so
 // that the key and the message cannot tell different stories when two
 // instances write at once. ARGV: channel, message, time to live in
-// milliseconds (0: the breaker closed, delete the key).
+// milliseconds: 0, the breaker closed (delete the key); -1, none (an
+// operator's trip until Reset: SET without PX also drops any time to live
+// the key had).
 var hintScript = redis.NewScript(`
 if ARGV[3] == '0' then
 	redis.call('DEL', KEYS[1])
+elseif ARGV[3] == '-1' then
+	redis.call('SET', KEYS[1], ARGV[2])
 else
 	redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 end
@@ -53,9 +58,15 @@ func (s *Store) publisher() {
 
 // send publishes a batch of hints, each tagged with the member that
 // published it. While the subscriber is disconnected Redis is down: the
-// hints are dropped and counted (the open ones are re-published when it is
-// back, see sendOwn). A closed hint also gives back the probe lease, if a
-// member of this Store holds it: the breaker is closed for all of them.
+// hints are dropped and counted (the open ones, and operators' Resets, are
+// re-published when it is back, see sendOwn). A closed hint also gives
+// back the probe lease, if a member of this Store holds it: the breaker is
+// closed for all of them.
+//
+// An open hint goes to the open key, with a time to live of its open time
+// plus retrySlack; an operator's trip to the trip key, uncapped, or with
+// no time to live for one until Reset. A closed hint deletes the open key;
+// an operator's Reset deletes both.
 func (s *Store) send(batch []outHint) {
 	if !s.subUp.Load() {
 		s.errs.Add(uint64(len(batch)))
@@ -65,19 +76,34 @@ func (s *Store) send(batch []outHint) {
 	defer cancel()
 	now := s.now()
 	pipe := s.client.Pipeline()
+	type operated struct {
+		o   outHint
+		cmd *redis.Cmd
+	}
+	var ops []operated // operators' hints, to mark as sent
 	n := 0
 	for _, o := range batch {
 		h := o.h
-		w := wireHint{sender: o.by.id, key: h.Key}
+		w := wireHint{sender: o.by.id, key: h.Key, operator: h.Operator}
+		key := s.openPrefix + h.Key
 		var ttl int64
-		if h.State == httpbreaker.StateOpen {
+		switch {
+		case h.State == httpbreaker.StateOpen:
+			w.open, w.cycles = true, h.Cycles
+			if h.Operator {
+				key = s.tripPrefix + h.Key
+			}
+			if h.Operator && h.RetryAt.IsZero() {
+				ttl = -1 // until Reset
+				break
+			}
 			left := h.RetryAt.Sub(now).Milliseconds()
 			if left <= 0 {
 				continue // stale by now: nothing to say
 			}
-			w.open, w.openFor = true, left
+			w.openFor = left
 			ttl = left + retrySlack.Milliseconds()
-		} else {
+		default:
 			s.mu.Lock()
 			l := s.leases[h.Key]
 			delete(s.leases, h.Key)
@@ -85,8 +111,15 @@ func (s *Store) send(batch []outHint) {
 			if l.kind == leaseMine && now.Before(l.until) {
 				releaseScript.Eval(ctx, pipe, []string{s.leasePrefix + h.Key}, l.holder.id)
 			}
+			if h.Operator {
+				pipe.Del(ctx, key) // the open key; the message goes with the trip key's
+				key = s.tripPrefix + h.Key
+			}
 		}
-		hintScript.Eval(ctx, pipe, []string{s.openPrefix + h.Key}, s.channel, w.encode(), ttl)
+		cmd := hintScript.Eval(ctx, pipe, []string{key}, s.channel, w.encode(), ttl)
+		if o.seq != 0 {
+			ops = append(ops, operated{o, cmd})
+		}
 		n++
 	}
 	if n == 0 {
@@ -102,11 +135,29 @@ func (s *Store) send(batch []outHint) {
 			s.garbage("publish", err)
 		}
 	}
+	done := s.now() // after Redis ran them (see resync)
+	s.mu.Lock()
+	for _, op := range ops {
+		if op.cmd.Err() != nil {
+			continue
+		}
+		k := op.o.h.Key
+		if op.o.h.State == httpbreaker.StateOpen {
+			if e, ok := s.trips[k]; ok && e.by != nil && e.seq == op.o.seq {
+				e.sent = done
+				s.trips[k] = e
+			}
+		} else if r, ok := s.resets[k]; ok && r.seq == op.o.seq {
+			delete(s.resets, k)
+		}
+	}
+	s.mu.Unlock()
 }
 
-// sendOwn re-publishes the open hints of this Store's members that have
-// not expired: a Redis that restarted lost them, and instances that were
-// cut off missed them.
+// sendOwn re-publishes the open hints and operators' trips of this
+// Store's members that have not expired, and their Resets that have not
+// reached Redis: a Redis that restarted lost them, and instances that
+// were cut off missed them.
 func (s *Store) sendOwn() {
 	now := s.now()
 	var batch []outHint
@@ -116,7 +167,15 @@ func (s *Store) sendOwn() {
 			delete(s.own, k)
 			continue
 		}
-		batch = append(batch, outHint{h: httpbreaker.Hint{Key: k, State: httpbreaker.StateOpen, RetryAt: o.retryAt}, by: o.by})
+		batch = append(batch, outHint{h: httpbreaker.Hint{Key: k, State: httpbreaker.StateOpen, RetryAt: o.retryAt, Cycles: o.cycles}, by: o.by})
+	}
+	for k, e := range s.trips {
+		if e.by != nil && e.live(now) {
+			batch = append(batch, outHint{h: e.hint(k), by: e.by, seq: e.seq})
+		}
+	}
+	for k, r := range s.resets {
+		batch = append(batch, outHint{h: httpbreaker.Hint{Key: k, State: httpbreaker.StateClosed, Operator: true}, by: r.by, seq: r.seq})
 	}
 	s.mu.Unlock()
 	for len(batch) > 0 && s.ctx.Err() == nil {
@@ -245,75 +304,141 @@ func isTimeout(err error) bool {
 // handleMessage takes one message from the hints channel.
 //
 // A hint published by one of this Store's members comes back through
-// Redis too: it is delivered to the other members (they had it in
-// process already, and hints are idempotent), never to the member that
-// published it, and it changes nothing in memory, which Publish updated.
-// It is dropped if a later Publish of this Store has superseded it (a
-// close after the open that comes back, or the reverse), so that an echo
-// cannot reopen, even for a moment, a breaker the fleet has closed since.
-//
-// Another instance's open hint that a resync has learnt already (the
-// resync read its key before the message came) is not delivered again,
-// as resync does not deliver one a message has brought.
+// Redis too: see echo. Another instance's open hint (or trip) that a
+// resync has learnt already (the resync read its key before the message
+// came) is not delivered again, as resync does not deliver one a message
+// has brought. Another instance's closed hint that is not an operator's
+// is not delivered while an operator's trip holds: only a Reset ends a
+// trip early.
 func (s *Store) handleMessage(payload string) {
-	w, err := decodeWire(payload)
+	w, err := s.decode(payload)
 	if err != nil {
 		s.garbage("message", err)
 		return
 	}
 	if inst, n, _ := splitSender(w.sender); inst == s.id {
-		s.mu.Lock()
-		e, open := s.hints[w.key]
-		s.mu.Unlock()
-		switch {
-		case w.open && open && e.sender == w.sender:
-			s.post(httpbreaker.Hint{Key: w.key, State: httpbreaker.StateOpen, RetryAt: e.retryAt}, n)
-		case !w.open && !open:
-			s.post(httpbreaker.Hint{Key: w.key, State: httpbreaker.StateClosed}, n)
-		}
+		s.echo(w, n)
 		return
 	}
 	now := s.now()
-	if w.open {
+	switch {
+	case w.open && w.operator:
+		e := tripEntry{cycles: w.cycles, sender: w.sender}
+		if !w.forever() {
+			e.retryAt = now.Add(msDuration(w.openFor))
+		}
+		s.mu.Lock()
+		old, known := s.trips[w.key]
+		s.setTripLocked(w.key, e, now)
+		delete(s.resets, w.key) // a later action than this Store's Reset
+		s.mu.Unlock()
+		if known && old.same(e) {
+			return // a resync that ran before this message came has delivered it
+		}
+		s.post(e.hint(w.key), 0)
+	case w.open:
 		r, ok := retryAt(msDuration(w.openFor), now, s.opt.MaxOpen)
 		if !ok {
 			return
 		}
+		e := hintEntry{retryAt: r, cycles: w.cycles, sender: w.sender, at: now}
 		s.mu.Lock()
 		old, known := s.hints[w.key]
-		s.setHintLocked(w.key, hintEntry{retryAt: r, sender: w.sender}, now)
+		same := known && old.same(e)
+		if same {
+			e.at = old.at
+		}
+		s.setHintLocked(w.key, e, now)
 		s.mu.Unlock()
-		if known && old.sender == w.sender && old.retryAt.Sub(r).Abs() < sameHint {
+		if same {
 			return // a resync that ran before this message came has delivered it
 		}
-		s.post(httpbreaker.Hint{Key: w.key, State: httpbreaker.StateOpen, RetryAt: r}, 0)
-		return
+		s.post(httpbreaker.Hint{Key: w.key, State: httpbreaker.StateOpen, RetryAt: r, Cycles: w.cycles}, 0)
+	default:
+		deliver := true
+		s.mu.Lock()
+		delete(s.hints, w.key)
+		delete(s.own, w.key)
+		if w.operator {
+			delete(s.trips, w.key)
+			delete(s.resets, w.key)
+		} else {
+			deliver = !s.trippedLocked(w.key, now)
+		}
+		s.releaseLocked(w.key)
+		s.mu.Unlock()
+		if deliver {
+			s.post(httpbreaker.Hint{Key: w.key, State: httpbreaker.StateClosed, Operator: w.operator}, 0)
+		}
 	}
-	s.mu.Lock()
-	delete(s.hints, w.key)
-	delete(s.own, w.key)
-	s.releaseLocked(w.key)
-	s.mu.Unlock()
-	s.post(httpbreaker.Hint{Key: w.key, State: httpbreaker.StateClosed}, 0)
 }
 
-// resync reads every open key and makes the known hints match: a hint
-// missing from memory is learnt and delivered to the members; one that is
-// gone from Redis is forgotten. A vanished key is not taken for a close
-// (it may have expired, or Redis may have restarted empty): the breakers
-// it opened run out their open period and probe, which costs at most
-// MaxOpen.
+// echo takes a message w published by member n of this Store, come back
+// through Redis: it is delivered to the other members (they had it in
+// process already, and hints are idempotent), never to n, and it changes
+// nothing in memory, which Publish updated. It is dropped if a later
+// Publish of this Store has superseded it (a close after the open that
+// comes back, or the reverse), so that an echo cannot reopen, even for a
+// moment, a breaker the fleet has closed since.
+func (s *Store) echo(w wireHint, n int) {
+	now := s.now()
+	s.mu.Lock()
+	e, open := s.hints[w.key]
+	t, tripped := s.trips[w.key]
+	s.mu.Unlock()
+	switch {
+	case w.open && w.operator:
+		if tripped && t.sender == w.sender && t.live(now) {
+			s.post(t.hint(w.key), n)
+		}
+	case w.open:
+		if open && e.sender == w.sender {
+			s.post(httpbreaker.Hint{Key: w.key, State: httpbreaker.StateOpen, RetryAt: e.retryAt, Cycles: e.cycles}, n)
+		}
+	case w.operator:
+		if !tripped {
+			s.post(httpbreaker.Hint{Key: w.key, State: httpbreaker.StateClosed, Operator: true}, n)
+		}
+	default:
+		if !open && !(tripped && t.live(now)) {
+			s.post(httpbreaker.Hint{Key: w.key, State: httpbreaker.StateClosed}, n)
+		}
+	}
+}
+
+// resync reads every open key and trip key and makes the known hints
+// match: a hint or trip missing from memory is learnt and delivered to
+// the members; an open hint that is gone from Redis is forgotten. A
+// vanished open key is not taken for a close (it may have expired, or
+// Redis may have restarted empty): the breakers it opened run out their
+// open period and probe, which costs at most MaxOpen.
+//
+// A trip key, though, is the trip: one that vanished before its time was
+// deleted by an operator's Reset whose message this Store missed (or
+// Redis lost it), and is delivered as a Reset, so that no instance stays
+// tripped, perhaps until a Reset that already happened. That holds for
+// the trips of this Store's members too, once written to Redis (before,
+// sendOwn writes them when Redis is back). A key with a Reset of this
+// Store's members pending is left to that Reset.
 func (s *Store) resync() error {
-	keys, err := s.scanOpen()
+	start := s.now()
+	keys, _, err := s.scanKeys(s.openPrefix)
 	if err != nil {
 		return err
 	}
+	opens := len(keys)
+	tripKeys, complete, err := s.scanKeys(s.tripPrefix)
+	if err != nil {
+		return err
+	}
+	keys = append(keys, tripKeys...)
 	vals, err := s.getAll(keys)
 	if err != nil {
 		return err
 	}
 	now := s.now()
-	found := make(map[string]hintEntry, len(keys))
+	found := make(map[string]hintEntry, opens)
+	foundTrips := make(map[string]tripEntry, len(tripKeys))
 	for i, k := range keys {
 		v := vals[i]
 		if v.err != nil {
@@ -322,35 +447,50 @@ func (s *Store) resync() error {
 			}
 			continue
 		}
-		w, err := decodeWire(v.val)
-		if err == nil && (!w.open || w.key != strings.TrimPrefix(k, s.openPrefix)) {
+		trip := i >= opens
+		prefix := s.openPrefix
+		if trip {
+			prefix = s.tripPrefix
+		}
+		w, err := s.decode(v.val)
+		if err == nil && (!w.open || w.operator != trip || w.key != strings.TrimPrefix(k, prefix)) {
 			err = errGarbage
+		}
+		// The key expires retrySlack after its retry-at: Redis's clock
+		// says how long is left, whatever ours and the sender's say. Only
+		// a trip until Reset has no time to live.
+		if err == nil && v.ttl < 0 && !w.forever() {
+			err = errNoTTL
 		}
 		if err != nil {
 			s.garbage("open key", err)
 			continue
 		}
-		// The key expires retrySlack after its retry-at: Redis's clock
-		// says how long is left, whatever ours and the sender's say.
-		if v.ttl < 0 {
-			s.garbage("open key", errNoTTL)
-			continue
-		}
-		if r, ok := retryAt(v.ttl-retrySlack, now, s.opt.MaxOpen); ok {
-			found[w.key] = hintEntry{retryAt: r, sender: w.sender}
+		switch {
+		case trip && v.ttl < 0:
+			foundTrips[w.key] = tripEntry{cycles: w.cycles, sender: w.sender}
+		case trip:
+			if left := v.ttl - retrySlack; left > 0 {
+				foundTrips[w.key] = tripEntry{retryAt: now.Add(left), cycles: w.cycles, sender: w.sender}
+			}
+		default:
+			if r, ok := retryAt(v.ttl-retrySlack, now, s.opt.MaxOpen); ok {
+				found[w.key] = hintEntry{retryAt: r, cycles: w.cycles, sender: w.sender, at: now}
+			}
 		}
 	}
 	var news []httpbreaker.Hint
+	var resets []string
 	s.mu.Lock()
 	for k, e := range found {
 		if s.local(e.sender) {
 			continue // our members' own: s.own has it
 		}
-		if old, ok := s.hints[k]; ok && old.sender == e.sender && old.retryAt.Sub(e.retryAt).Abs() < sameHint {
+		if old, ok := s.hints[k]; ok && old.same(e) {
 			continue // known already, give or take the clocks
 		}
 		if s.setHintLocked(k, e, now) {
-			news = append(news, httpbreaker.Hint{Key: k, State: httpbreaker.StateOpen, RetryAt: e.retryAt})
+			news = append(news, httpbreaker.Hint{Key: k, State: httpbreaker.StateOpen, RetryAt: e.retryAt, Cycles: e.cycles})
 		}
 	}
 	for k, e := range s.hints {
@@ -358,18 +498,61 @@ func (s *Store) resync() error {
 			delete(s.hints, k)
 		}
 	}
+	for k, e := range foundTrips {
+		if _, ok := s.resets[k]; ok || s.local(e.sender) {
+			continue // our members' own, or about to be Reset by one of them
+		}
+		if old, ok := s.trips[k]; ok && old.same(e) {
+			continue
+		}
+		if s.setTripLocked(k, e, now) {
+			news = append(news, e.hint(k))
+		}
+	}
+	for k, e := range s.trips {
+		if _, ok := foundTrips[k]; ok || !complete {
+			continue // (a SCAN cut short at maxScan proves nothing)
+		}
+		if e.live(now) && e.by != nil && (e.sent.IsZero() || !e.sent.Before(start)) {
+			continue // ours, not in Redis yet (or written since the SCAN began)
+		}
+		delete(s.trips, k)
+		if e.live(now) {
+			resets = append(resets, k) // Reset, and this Store missed it
+			s.releaseLocked(k)
+		}
+	}
 	s.mu.Unlock()
 	for _, h := range news {
 		s.post(h, 0)
 	}
+	for _, k := range resets {
+		s.post(httpbreaker.Hint{Key: k, State: httpbreaker.StateClosed, Operator: true}, 0)
+	}
 	return nil
 }
 
-// scanOpen returns the names of the open keys, at most maxScan of them,
-// on every master of a cluster or ring.
-func (s *Store) scanOpen() ([]string, error) {
-	match := escapeGlob(s.openPrefix) + "*"
-	var keys []string
+// scanKeys returns the names of the keys under prefix (the open or the
+// trip keys), at most maxScan of them, on every master of a cluster or
+// ring; complete is false when there were more.
+func (s *Store) scanKeys(prefix string) (keys []string, complete bool, err error) {
+	match := escapeGlob(prefix) + "*"
+	complete = true
+	var mu sync.Mutex // ForEachMaster and ForEachShard scan the shards at once
+	add := func(page []string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, k := range page {
+			if len(keys) >= maxScan {
+				complete = false
+				return false
+			}
+			if strings.HasPrefix(k, prefix) { // always, unless Redis lies
+				keys = append(keys, k)
+			}
+		}
+		return true
+	}
 	scan := func(ctx context.Context, c redis.Cmdable) error {
 		var cursor uint64
 		for {
@@ -379,21 +562,12 @@ func (s *Store) scanOpen() ([]string, error) {
 			if err != nil {
 				return err
 			}
-			for _, k := range page {
-				if len(keys) >= maxScan {
-					return nil
-				}
-				if strings.HasPrefix(k, s.openPrefix) { // always, unless Redis lies
-					keys = append(keys, k)
-				}
-			}
-			if next == 0 {
+			if !add(page) || next == 0 {
 				return nil
 			}
 			cursor = next
 		}
 	}
-	var err error
 	switch c := s.client.(type) {
 	case *redis.ClusterClient:
 		err = c.ForEachMaster(s.ctx, func(ctx context.Context, m *redis.Client) error { return scan(ctx, m) })
@@ -402,10 +576,11 @@ func (s *Store) scanOpen() ([]string, error) {
 	default:
 		err = scan(s.ctx, s.client)
 	}
-	return keys, err
+	return keys, complete, err
 }
 
-// errNoTTL: an open key that never expires was not written by a Store.
+// errNoTTL: an open key that never expires, or a trip key for a time
+// that never expires, was not written by a Store.
 var errNoTTL = errors.New("redisstore: open key without a time to live")
 
 // sameHint is how far apart two retry-ats of the same sender's hint may

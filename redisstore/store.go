@@ -25,18 +25,23 @@
 // # What goes through Redis
 //
 // Hints only. Failure counting stays in each process; Redis carries "this
-// breaker opened, for d" and "this breaker closed", plus one probe lease per
-// key. Every method of Store and of its members answers from memory at
-// once; the Redis I/O runs on the Store's own goroutines, each call bounded
-// by Options.OpTimeout.
+// breaker opened, for d, after n failed probe cycles", "this breaker
+// closed", an operator's Trip and Reset, plus one probe lease per key.
+// Every method of Store and of its members answers from memory at once;
+// the Redis I/O runs on the Store's own goroutines, each call bounded by
+// Options.OpTimeout.
 //
-//   - <prefix>:hints is a pub/sub channel: each open and close is published
-//     on it, and every Store subscribes, so the fleet learns an opened
-//     breaker within milliseconds (one round trip through Redis).
+//   - <prefix>:hints is a pub/sub channel: each open and close, Trip and
+//     Reset is published on it, and every Store subscribes, so the fleet
+//     learns an opened breaker within milliseconds (one round trip
+//     through Redis).
 //   - <prefix>:open:<key> holds the latest open hint for key, expiring at its
 //     retry-at (plus a second). A Store reads them all (SCAN) when it
 //     connects and every Options.ResyncInterval, so a message missed while
 //     disconnected, or a Redis restarted empty, is repaired.
+//   - <prefix>:trip:<key> holds an operator's trip of key, expiring a second
+//     after its end, or never for a trip until Reset; it is read with the
+//     open keys. See Operators' Trip and Reset.
 //   - <prefix>:lease:<key> is the probe lease, taken with SET NX PX: the
 //     member that holds it (its value names the member: instance ID and
 //     member number) probes for everyone; it is released when the breaker
@@ -44,7 +49,8 @@
 //
 // Hints carry how long a breaker stays open, not until when, and an open
 // key's retry-at is read from its time to live in Redis: the instances'
-// clocks need not agree.
+// clocks need not agree. The format of messages and keys is versioned; see
+// Versions and rolling deploys.
 //
 // Why pub/sub and not polling: an instance that learns of an outage late
 // pays its own failure quota against the failing dependency, so the delay
@@ -59,6 +65,65 @@
 // keeps no message for a subscriber that is away: that is what the keys
 // and the periodic resync are for.
 //
+// # The fleet backs off as one breaker
+//
+// An open hint carries the breaker's backoff, its count of consecutive
+// failed probe cycles (httpbreaker.Hint.Cycles), in the message and in the
+// open key, and a Transport that receives it backs off from at least that
+// count. So whichever instance holds the probe lease next doubles the
+// fleet's open period, rather than starting again from the open timeout.
+// And while the latest open hint of another member says the fleet's open
+// period goes on, ProbeLease denies the lease without asking Redis (for
+// at most the lease's time to live from when the hint came): a
+// Transport's own open period, which ended, does not let it probe before
+// the prober's backed-off one has. The fleet then sends one breaker's
+// probes: TestFleetBacksOffAsOneBreaker measures 6 probes over a 6s
+// outage of seven instances (two of them joining during it), at gaps of
+// 0.2, 0.4, 0.8, 1.7 and 2.1s, as a lone breaker's 6 (100ms open
+// timeout, 2s maximum, no jitter).
+//
+// # Operators' Trip and Reset
+//
+// An operator's httpbreaker.Transport.Trip(key, d) on one instance opens
+// key on every instance for exactly d: its hint is not cut to MaxOpen, nor
+// by the Transports to their MaxOpenTimeout. A d the clock cannot reach
+// (time.Duration(math.MaxInt64)) trips it until Reset: its trip key has no
+// time to live, and Lookup reports it with the zero RetryAt.
+// Transport.Reset(key) on any instance ends the trip and closes key on
+// every instance; it deletes the trip key and the open key.
+//
+// A trip is kept apart from the open hints, under its own key, so that an
+// instance's own open and close hints (and those of instances of an
+// earlier release, which know nothing of trips) cannot overwrite or delete
+// it, and a Store that starts later learns it from its key. While a trip
+// holds, a close that is not an operator's (from an instance that missed
+// the trip) is not delivered to the members: only a Reset, or the end of
+// d, ends it.
+//
+// The trip key is the trip. One that vanishes before its time (a Reset
+// whose message this Store missed, or a Redis that lost its data) is taken
+// for a Reset at the next resync, so that no instance stays tripped until
+// a Reset that already happened. A Redis that restarts empty, or evicts
+// keys (give it the noeviction policy, or room), so ends the fleet's
+// trips: trip again. A Reset published while Redis is out of reach is
+// kept and sent when it is back, with the members' open hints and trips.
+//
+// # Versions and rolling deploys
+//
+// Messages and keys start with a version (see wireHint). This release
+// writes version 2, which carries the backoff and the operator's flag,
+// and reads versions 1 and 2. Releases before it read version 1 only, and
+// ignore, and count in Errors, everything else. So while a rolling deploy
+// mixes the two, the instances of the earlier release miss every hint of
+// the new ones, their opens and closes as well as Trips and Resets (and
+// count an error per message, and per open key at every resync), and
+// decide on their own, as without a Store; the new ones take the old
+// ones' hints, without a backoff. The probe lease, whose format has not
+// changed, is still one for all of them: an instance of the earlier
+// release that is denied it waits for the lease, not for the new prober's
+// close, which it cannot read. Once every instance runs this release, the
+// errors stop.
+//
 // # Failing safe
 //
 // When Redis is down, slow or returns garbage, every instance keeps working
@@ -67,13 +132,18 @@
 // its own), and Publish drops the hints meant for Redis (the Store's other
 // members still get them, in process). An outage is logged once when it
 // starts and once when it ends, not per error; Errors counts every failed
-// operation. When Redis is back the Store resubscribes, reads the open keys
-// again and re-publishes its own breakers that are still open.
+// operation. When Redis is back the Store resubscribes, reads the open and
+// trip keys again and re-publishes its own breakers that are still open,
+// and its members' trips and Resets.
 //
 // Anything read from Redis is validated: a malformed value or message is
 // ignored and counted, an open time longer than Options.MaxOpen is cut to
-// MaxOpen, a lease that would never expire gets a time to live, and nothing
-// read can make the Store panic or grow without bound.
+// MaxOpen, an open key that would never expire is ignored, a lease that
+// would never expire gets a time to live, and nothing read can make the
+// Store panic or grow without bound. An operator's trip is the exception,
+// by design: taken as it is, it holds breakers open for its whole time,
+// or until Reset. Whoever may write to the Store's keys in Redis may trip
+// the fleet.
 package redisstore
 
 import (
@@ -118,11 +188,11 @@ type Options struct {
 	// MaxOpen caps the open time a hint can ask for, and the probe
 	// lease's time to live [DefaultMaxOpen]: an absurd open time read from
 	// Redis is cut to MaxOpen. A Transport also cuts it to its own
-	// MaxOpenTimeout.
+	// MaxOpenTimeout. An operator's trip is not cut (see the package doc).
 	MaxOpen time.Duration
-	// ResyncInterval is how often the Store reads all open keys from Redis
-	// to repair missed messages [DefaultResyncInterval]. It also does so
-	// each time it reconnects.
+	// ResyncInterval is how often the Store reads all open and trip keys
+	// from Redis to repair missed messages [DefaultResyncInterval]. It
+	// also does so each time it reconnects.
 	ResyncInterval time.Duration
 	// QueueSize is the number of hints Publish can hold for sending, and
 	// the number of hints waiting for delivery to the members
@@ -260,8 +330,7 @@ type ownHint struct {
 type tripEntry struct {
 	retryAt time.Time // zero: until Reset
 	cycles  int
-	sender  string    // the member that tripped (wire sender ID)
-	at      time.Time // when this Store learnt it
+	sender  string // the member that tripped (wire sender ID)
 	// by is the member of this Store that tripped, nil for another
 	// instance's trip; seq numbers its Publish, and sent is when the
 	// publisher last wrote it to Redis (zero: not yet).
@@ -536,7 +605,7 @@ func (m *member) Publish(h httpbreaker.Hint) {
 		s.mu.Lock()
 		s.seq++
 		seq = s.seq
-		s.setTripLocked(h.Key, tripEntry{retryAt: h.RetryAt, cycles: h.Cycles, sender: m.id, at: now, by: m, seq: seq}, now)
+		s.setTripLocked(h.Key, tripEntry{retryAt: h.RetryAt, cycles: h.Cycles, sender: m.id, by: m, seq: seq}, now)
 		delete(s.resets, h.Key)
 		s.mu.Unlock()
 	case h.State == httpbreaker.StateOpen:

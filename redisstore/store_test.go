@@ -551,26 +551,28 @@ func TestMembersOfOneStore(t *testing.T) {
 	}
 	quiet(t, gotb, 100*time.Millisecond, "b's own hint back to b", func(httpbreaker.Hint) bool { return false })
 
-	// The lease is m1's: m2 is denied it, as is b.
+	// The lease is m1's: m2 is denied it, as is b. (A key without an
+	// open hint: while m1's hint for k1 holds, the others are denied the
+	// lease without asking Redis; TestProbeLeaseWaitsForTheFleet.)
 	ttl := 5 * time.Second
-	if l := m1.ProbeLease("k1", ttl); l != httpbreaker.LeaseDenied {
+	if l := m1.ProbeLease("lk", ttl); l != httpbreaker.LeaseDenied {
 		t.Fatalf("m1 first ask: %v, want Denied while pending", l)
 	}
-	if l := m2.ProbeLease("k1", ttl); l != httpbreaker.LeaseDenied {
+	if l := m2.ProbeLease("lk", ttl); l != httpbreaker.LeaseDenied {
 		t.Fatalf("m2 while m1's ask is pending: %v", l)
 	}
-	eventually(t, time.Second, "m1 granted", func() bool { return m1.ProbeLease("k1", ttl) == httpbreaker.LeaseGranted })
-	mb.ProbeLease("k1", ttl)
+	eventually(t, time.Second, "m1 granted", func() bool { return m1.ProbeLease("lk", ttl) == httpbreaker.LeaseGranted })
+	mb.ProbeLease("lk", ttl)
 	time.Sleep(50 * time.Millisecond)
 	for range 10 {
-		if l := m2.ProbeLease("k1", ttl); l != httpbreaker.LeaseDenied {
+		if l := m2.ProbeLease("lk", ttl); l != httpbreaker.LeaseDenied {
 			t.Fatalf("m2: %v while m1 holds the lease", l)
 		}
-		if l := mb.ProbeLease("k1", ttl); l != httpbreaker.LeaseDenied {
+		if l := mb.ProbeLease("lk", ttl); l != httpbreaker.LeaseDenied {
 			t.Fatalf("b: %v while m1 holds the lease", l)
 		}
 	}
-	if v := rdb.Get(ctxT(t), "test:lease:k1").Val(); v != m1.id {
+	if v := rdb.Get(ctxT(t), "test:lease:lk").Val(); v != m1.id {
 		t.Fatalf("lease holder %q, want m1 (%s)", v, m1.id)
 	}
 	// a forgets what it knew (as after an outage) and m2 asks first:
@@ -578,18 +580,18 @@ func TestMembersOfOneStore(t *testing.T) {
 	a.mu.Lock()
 	clear(a.leases)
 	a.mu.Unlock()
-	m2.ProbeLease("k1", ttl)
-	eventually(t, time.Second, "lease answered", func() bool { return a.leaseKind("k1") == leaseMine })
-	if l := m2.ProbeLease("k1", ttl); l != httpbreaker.LeaseDenied {
+	m2.ProbeLease("lk", ttl)
+	eventually(t, time.Second, "lease answered", func() bool { return a.leaseKind("lk") == leaseMine })
+	if l := m2.ProbeLease("lk", ttl); l != httpbreaker.LeaseDenied {
 		t.Errorf("m2 after the answer: %v, want Denied", l)
 	}
-	if l := m1.ProbeLease("k1", ttl); l != httpbreaker.LeaseGranted {
+	if l := m1.ProbeLease("lk", ttl); l != httpbreaker.LeaseGranted {
 		t.Errorf("m1 after m2's ask: %v, want Granted", l)
 	}
 
 	// m1's breaker closes: the lease is given back; m2 and b are told.
-	m1.Publish(httpbreaker.Hint{Key: "k1", State: httpbreaker.StateClosed})
-	if h := recv(t, got2, time.Second, "close → m2"); h != (httpbreaker.Hint{Key: "k1", State: httpbreaker.StateClosed}) {
+	m1.Publish(httpbreaker.Hint{Key: "lk", State: httpbreaker.StateClosed})
+	if h := recv(t, got2, time.Second, "close → m2"); h != (httpbreaker.Hint{Key: "lk", State: httpbreaker.StateClosed}) {
 		t.Fatalf("m2 got %+v", h)
 	}
 	for {
@@ -597,22 +599,22 @@ func TestMembersOfOneStore(t *testing.T) {
 			break
 		}
 	}
-	eventually(t, time.Second, "lease released on close", func() bool { return rdb.Exists(ctxT(t), "test:lease:k1").Val() == 0 })
+	eventually(t, time.Second, "lease released on close", func() bool { return rdb.Exists(ctxT(t), "test:lease:lk").Val() == 0 })
 
 	// The next outage: m2 takes it; a's Close gives it back.
-	m2.ProbeLease("k1", ttl)
-	eventually(t, time.Second, "m2 granted", func() bool { return m2.ProbeLease("k1", ttl) == httpbreaker.LeaseGranted })
-	if l := m1.ProbeLease("k1", ttl); l != httpbreaker.LeaseDenied {
+	m2.ProbeLease("lk", ttl)
+	eventually(t, time.Second, "m2 granted", func() bool { return m2.ProbeLease("lk", ttl) == httpbreaker.LeaseGranted })
+	if l := m1.ProbeLease("lk", ttl); l != httpbreaker.LeaseDenied {
 		t.Errorf("m1 while m2 holds the lease: %v", l)
 	}
-	if v := rdb.Get(ctxT(t), "test:lease:k1").Val(); v != m2.id {
+	if v := rdb.Get(ctxT(t), "test:lease:lk").Val(); v != m2.id {
 		t.Fatalf("lease holder %q, want m2 (%s)", v, m2.id)
 	}
 	if e := a.Errors() + b.Errors(); e != 0 {
 		t.Errorf("errors: %d", e)
 	}
 	a.Close()
-	if n := rdb.Exists(ctxT(t), "test:lease:k1").Val(); n != 0 {
+	if n := rdb.Exists(ctxT(t), "test:lease:lk").Val(); n != 0 {
 		t.Error("lease not released on Close")
 	}
 }

@@ -81,9 +81,6 @@ type wireHint struct {
 	key      string
 }
 
-// flagOperator is the flag bit of an operator's hint.
-const flagOperator = 1
-
 // forever reports whether w is an operator's trip until Reset.
 func (w wireHint) forever() bool { return w.open && w.operator && w.openFor == 0 }
 
