@@ -212,6 +212,7 @@ type breaker struct {
 	probes      []probe                     // probes in flight; guarded by mu
 	probeSeq    uint64                      // the last probe id given; guarded by mu
 	successes   int64                       // consecutive probe successes; guarded by mu
+	operator    bool                        // opened by trip: only a reset, or its end, closes it; guarded by mu
 	transitions [numStates][numStates]int64 // guarded by mu
 	openNanos   int64                       // time spent in finished open periods; guarded by mu
 	openSeen    int64                       // the most open time reported (openTotalLocked); guarded by mu
@@ -573,6 +574,7 @@ func (b *breaker) setLocked(to State, at int64, reason string) *transition {
 		b.openNanos = b.openTotalLocked(at)
 	}
 	b.since = at
+	b.operator = false
 	b.probes = b.probes[:0]
 	b.successes = 0
 	b.retryHint.Store(0)
@@ -696,6 +698,7 @@ func (b *breaker) trip(now int64, d time.Duration) *transition {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	tr := b.openLocked(now, d, "manual")
+	b.operator = true
 	if tr != nil {
 		tr.operator = true
 	}
@@ -728,8 +731,9 @@ func (b *breaker) idle(now int64) bool {
 
 // hintOpen takes a fleet's word at clock time now that the dependency is
 // down for d more, after cycles failed probe cycles: a closed breaker
-// opens for d, but never for longer than its maximum open timeout, and in
-// any state the breaker backs off from at least cycles from now on.
+// opens for d, but never for longer than its maximum open timeout; an
+// open one stays open at least that long; and in any state the breaker
+// backs off from at least cycles from now on.
 func (b *breaker) hintOpen(now int64, d time.Duration, cycles int) *transition {
 	if d <= 0 {
 		return nil
@@ -737,18 +741,26 @@ func (b *breaker) hintOpen(now int64, d time.Duration, cycles int) *transition {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.cycles = max(b.cycles, cycles)
-	if stateOf(b.word.Load()) != StateClosed {
+	d = min(d, b.cfg.Load().maxOpenTimeout)
+	switch stateOf(b.word.Load()) {
+	case StateOpen:
+		if until := now + int64(d); until > b.retryAt.Load() {
+			b.retryAt.Store(until) // the fleet knows it is down for longer
+		}
+		return nil
+	case StateHalfOpen:
 		return nil
 	}
-	return fleetTransition(b.openLocked(now, min(d, b.cfg.Load().maxOpenTimeout), "fleet"))
+	return fleetTransition(b.openLocked(now, d, "fleet"))
 }
 
 // hintClose takes a fleet's word at clock time now that the dependency
-// is back: an open or half-open breaker closes.
+// is back: an open or half-open breaker closes, unless an operator opened
+// it (only a reset closes that).
 func (b *breaker) hintClose(now int64) *transition {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if stateOf(b.word.Load()) == StateClosed {
+	if stateOf(b.word.Load()) == StateClosed || b.operator {
 		return nil
 	}
 	return fleetTransition(b.closeLocked(now, "fleet"))

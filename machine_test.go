@@ -360,12 +360,16 @@ func TestMachineTripAndReset(t *testing.T) {
 func TestMachineHints(t *testing.T) {
 	_, log := runMachine(t, mset(nil), nil, []mrow{
 		{at: 0, do: "hint-open", d: time.Hour, want: StateOpen, retryIn: 8 * sec},     // never past the maximum
-		{at: sec, do: "hint-open", d: time.Second, want: StateOpen, retryIn: 7 * sec}, // an open breaker keeps its period
+		{at: sec, do: "hint-open", d: time.Second, want: StateOpen, retryIn: 7 * sec}, // an open breaker keeps its longer period
+		{at: sec, do: "hint-open", d: time.Hour, want: StateOpen, retryIn: 8 * sec},   // and stays open up to the maximum for a longer one
 		{at: 2 * sec, do: "hint-close", want: StateClosed},
 		{at: 3 * sec, do: "hint-close", want: StateClosed},
 		{at: 3 * sec, do: "hint-open", d: -sec, want: StateClosed}, // a time in the past
+		{at: 4 * sec, do: "trip", d: time.Hour, want: StateOpen},
+		{at: 5 * sec, do: "hint-close", want: StateOpen}, // an operator's trip: only a reset ends it
+		{at: 6 * sec, do: "reset", want: StateClosed},
 	})
-	require.Equal(t, []string{"closed→open@0s", "open→closed@2s"}, log)
+	require.Equal(t, []string{"closed→open@0s", "open→closed@2s", "closed→open@4s", "open→closed@6s"}, log)
 }
 
 // leaseFleet is a fleet that answers every lease request with lease.

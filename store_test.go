@@ -1,6 +1,7 @@
 package httpbreaker
 
 import (
+	"math"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -208,5 +209,39 @@ func (*nilMemberStore) Join(func(Hint)) Member { return nil }
 func TestStoreJoinMustReturnAMember(t *testing.T) {
 	require.PanicsWithValue(t, "httpbreaker: WithStore: Store.Join returned a nil Member", func() {
 		New(nil, WithStore(&nilMemberStore{}))
+	})
+}
+
+// TestOperatorActionsReachTheFleet: Trip and Reset on one Transport act
+// on every other on the Store, exactly and uncapped, carrying the
+// backoff; an ordinary close from an instance that missed the trip does
+// not end it.
+func TestOperatorActionsReachTheFleet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newMemStore()
+		a := New(newDep(200), WithStore(s), WithMaxOpenTimeout(10*time.Second))
+		b := New(newDep(200), WithStore(s), WithMaxOpenTimeout(10*time.Second))
+		_, _ = get(t, b, testURL) // b has a breaker for the key
+		a.Trip(testKey, time.Hour)
+		require.Equal(t, StateOpen, b.State(testKey), "the hint opened b's breaker")
+		a.Trip(testKey, time.Duration(math.MaxInt64)) // a was open already: still published
+		s.mu.Lock()
+		last := s.published[len(s.published)-1]
+		s.mu.Unlock()
+		require.True(t, last.Operator)
+		require.True(t, last.RetryAt.IsZero(), "until Reset")
+		time.Sleep(2 * time.Hour)
+		require.Equal(t, StateOpen, b.State(testKey), "past b's MaxOpenTimeout and the first trip's hour")
+		late := New(newDep(200), WithStore(s))
+		resp, err := get(t, late, testURL)
+		require.NoError(t, err)
+		require.True(t, IsRejected(resp), "an instance that joins later learns the trip")
+		for _, m := range s.members {
+			m.f(Hint{Key: testKey, State: StateClosed}) // an instance that missed the trip closes
+		}
+		require.Equal(t, StateOpen, b.State(testKey), "an ordinary close does not end an operator's trip")
+		b.Reset(testKey)
+		require.Equal(t, StateClosed, a.State(testKey))
+		require.Equal(t, StateClosed, b.State(testKey))
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -350,16 +351,17 @@ func (t *Transport) Trip(key string, d time.Duration) {
 		}
 		return
 	}
-	t.operate(c.b.trip(t.now(), d), Hint{Key: key, State: StateOpen, Operator: true, RetryAt: until(d)})
+	now := t.now()
+	t.operate(c.b.trip(now, d), Hint{Key: key, State: StateOpen, Operator: true, RetryAt: t.until(now, d)})
 }
 
-// until is the wall time d from now, or the zero time for a d the clock
-// cannot reach ("until Reset").
-func until(d time.Duration) time.Time {
-	if now := time.Now(); now.Add(d).After(now) {
-		return now.Add(d)
+// until is the wall time d after clock time now, or the zero time for a
+// d the clock cannot reach ("until Reset", as the breaker reads it).
+func (t *Transport) until(now int64, d time.Duration) time.Time {
+	if int64(d) >= math.MaxInt64-now { // the breaker's retryAt would be the clock's end
+		return time.Time{}
 	}
-	return time.Time{}
+	return t.epoch.Add(time.Duration(now) + d)
 }
 
 // operate reports the transition of an operator's action, or, when the
