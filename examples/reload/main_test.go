@@ -184,8 +184,8 @@ func TestBadFileIgnored(t *testing.T) {
 	for _, tc := range []struct {
 		name, file, want string
 	}{
-		{"half-written", before[:len(before)/2], "unexpected EOF"},
-		{"empty", "", "EOF"},
+		{"half-written", before[:len(before)/2], "unexpected end of JSON input"},
+		{"empty", "", "unexpected end of JSON input"},
 		{"invalid JSON", `{"min_requests": 3,}`, "invalid character"},
 		{"a rate of 1.5", `{"policies": {"pricing.internal": {"failure_rate": 1.5}}}`, `policies["pricing.internal"].failure_rate`},
 		{"an unknown field", `{"min_request": 3}`, `unknown field "min_request"`},
