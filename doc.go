@@ -32,6 +32,18 @@
 // most HalfOpenProbes probes through; ProbesToClose consecutive successes
 // close it, a failure reopens it for twice as long.
 //
+// # One Transport, many dependencies
+//
+// One Transport serves every dependency of a client, each tuned apart:
+// WithPolicy applies options to the breakers a selector names (a host,
+// host:port, *.suffix or a whole key), over the Transport-wide ones, with
+// its own call timeout (WithCallTimeout), bulkhead and queue
+// (WithMaxConcurrent, WithQueue), fallback, and mode (WithMode: enforce,
+// shadow to watch without refusing, or off). Transport.Update changes
+// these settings at run time and keeps what every breaker knows; Config
+// is the same settings as a service's JSON file. With a Store, Trip and
+// Reset act on every instance of a fleet.
+//
 // There is no background goroutine: state is computed from the clock when
 // it is needed, so a Transport needs no Close and works inside
 // testing/synctest bubbles. State is visible through Prometheus
