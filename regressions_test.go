@@ -163,7 +163,9 @@ func TestReviewQueueLostWakeupStress(t *testing.T) {
 		}
 		return response(r, 200, nil), nil
 	})
-	tr := New(next, WithMaxConcurrent(1), WithQueue(1, 20*time.Millisecond), WithRejectAsError())
+	// A long maxWait: a waiter refused for its wait would have to be
+	// descheduled for 5s, so a refusal here is a lost place.
+	tr := New(next, WithMaxConcurrent(1), WithQueue(1, 5*time.Second), WithRejectAsError())
 	lost := 0
 	for i := 0; i < 3000 && lost == 0; i++ {
 		done := make(chan struct{})
