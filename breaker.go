@@ -276,8 +276,7 @@ func (b *breaker) admitHeld(now int64, s *settings) (ticket, rejectReason, *tran
 	if s.maxConcurrent == 0 {
 		return b.admitState(now, s)
 	}
-	if b.inflight.Add(1) > s.maxConcurrent {
-		b.inflight.Add(-1)
+	if !b.tryPlace(s) {
 		if stateOf(b.word.Load()) == StateOpen && now < b.retryAt.Load() {
 			return b.refuse(rejectOpen)
 		}
@@ -351,12 +350,19 @@ func (b *breaker) release(tk ticket) {
 }
 
 // tryPlace takes a place in the bulkhead of settings s if one is free.
+// It never counts a place it does not take, even for an instant: a
+// caller that found the bulkhead full because another only looked at it
+// could wait for a place nobody holds (see circuit.wake).
 func (b *breaker) tryPlace(s *settings) bool {
-	if b.inflight.Add(1) > s.maxConcurrent {
-		b.inflight.Add(-1)
-		return false
+	for {
+		n := b.inflight.Load()
+		if n >= s.maxConcurrent {
+			return false
+		}
+		if b.inflight.CompareAndSwap(n, n+1) {
+			return true
+		}
 	}
-	return true
 }
 
 // adopt returns a ticket of b's current generation for a call admitted

@@ -222,13 +222,14 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		o = OutcomeIgnored // the caller's own body failed to read: not the dependency's fault
 	}
 
-	c.release(tk)
 	g.b = nil
 	if o == OutcomeSuccess && p.bodyErrors && watchable(resp) {
+		c.release(tk)
 		resp.Body = t.watchBody(req, c, p, tk, short, resp.Body) // the body's end counts the call
 		tr = nil
 	} else {
 		tr = t.settle(c, tk, o, end, retryAfter(resp, o))
+		c.release(tk) // after the count: a waiter must not take a place the count closed
 	}
 	t.notify(tr)
 	g.resp = nil
