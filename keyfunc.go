@@ -91,18 +91,11 @@ func trimHostPort(h, def string) string {
 	if c := h[n-1]; c != '.' && (c < '0' || c > '9') {
 		return h // no port and no trailing dot: most hosts
 	}
-	host, port := h, ""
-	i := n
-	for i > 0 && h[i-1] >= '0' && h[i-1] <= '9' {
-		i--
+	host, port := splitKeyPort(h)
+	for len(port) > 1 && port[0] == '0' {
+		port = port[1:]
 	}
-	if i < n && i > 0 && h[i-1] == ':' {
-		host, port = h[:i-1], h[i:]
-		for len(port) > 1 && port[0] == '0' {
-			port = port[1:]
-		}
-	}
-	if len(host) > 1 && host[len(host)-1] == '.' {
+	for len(host) > 1 && host[len(host)-1] == '.' {
 		host = host[:len(host)-1]
 	}
 	switch {

@@ -186,7 +186,7 @@ func parseSelector(s string) (selector, error) {
 // compared the same way.
 func keyHost(h string) string {
 	if needsFold(h) {
-		return strings.ToLower(strings.ToValidUTF8(h, "\uFFFD"))
+		return slowHostKey(h)
 	}
 	return h
 }
@@ -195,16 +195,14 @@ func keyHost(h string) string {
 // the port is what follows the last colon when that is all digits and
 // not inside an IPv6 literal's brackets.
 func splitKeyPort(h string) (host, port string) {
-	i := strings.LastIndexByte(h, ':')
-	if i < 0 || i == len(h)-1 || strings.IndexByte(h[i:], ']') >= 0 {
+	i := len(h)
+	for i > 0 && h[i-1] >= '0' && h[i-1] <= '9' {
+		i--
+	}
+	if i == len(h) || i == 0 || h[i-1] != ':' {
 		return h, ""
 	}
-	for _, c := range []byte(h[i+1:]) {
-		if c < '0' || c > '9' {
-			return h, ""
-		}
-	}
-	return h[:i], h[i+1:]
+	return h[:i-1], h[i:]
 }
 
 // matches reports whether the selector names key.
@@ -300,7 +298,7 @@ func newPolicies(c *config) (*policies, error) {
 		scratch := config{policy: ps.raw}
 		scratch.applyAll("WithPolicy", r.opts)
 		ps.rules[i].mode = scratch.mode // the last mode it sets wins; the raw mode if none
-		ps.rules[i].setsMode = scratch.mode != ps.raw.mode || setsMode(r.opts)
+		ps.rules[i].setsMode = setsMode(r.opts)
 	}
 	return ps, nil
 }
