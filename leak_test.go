@@ -31,6 +31,7 @@ const wantRejection = "HTTP/1.1 503 Service Unavailable\r\n" +
 	"Cache-Control: no-store\r\n" +
 	"Content-Type: text/plain; charset=utf-8\r\n" +
 	"Retry-After: 1\r\n" +
+	"X-Should-Retry: false\r\n" +
 	"\r\n" +
 	"Service Unavailable: please retry later.\n"
 

@@ -133,6 +133,7 @@ func TestSyntheticRejection(t *testing.T) {
 		require.Equal(t, "3", resp.Header.Get("Retry-After"), "whole seconds, rounded up")
 		require.Equal(t, "text/plain; charset=utf-8", resp.Header.Get("Content-Type"))
 		require.Equal(t, "no-store", resp.Header.Get("Cache-Control"))
+		require.Equal(t, "false", resp.Header.Get("X-Should-Retry"), "Stainless SDKs must not retry a refusal inside the call")
 		body, _ := io.ReadAll(resp.Body)
 		require.NoError(t, resp.Body.Close())
 		require.Equal(t, rejectBody, string(body))
