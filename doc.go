@@ -1,51 +1,69 @@
 // Package httpbreaker is a circuit-breaking http.RoundTripper for outbound
 // HTTP clients.
 //
-// Set it as an http.Client's Transport once (or hand the client to any SDK
-// that accepts a custom *http.Client) and every dependency the client talks
-// to gets its own circuit breaker. When a dependency fails, its breaker
-// opens and further requests to it are refused in microseconds instead of
-// holding a caller for a full timeout; after a jittered, backed-off pause a
-// few probes test it, and several successes in a row close the breaker
-// again. Other dependencies are not affected.
+// When a dependency goes down or hangs, every caller waits out its full
+// timeout before it can degrade, and retries keep the dependency down. Set
+// a Transport as an http.Client's Transport once (or hand that client to
+// any SDK that takes an *http.Client) and every dependency the client
+// talks to gets its own circuit breaker, which refuses calls to a failing
+// dependency at once, without sending them. Other dependencies are not
+// affected.
 //
-//	client := &http.Client{
-//		Transport: httpbreaker.New(nil, httpbreaker.WithRoutes("POST /v1/charges", "GET /v1/users/{id}")),
-//		Timeout:   5 * time.Second,
+//	client := &http.Client{Transport: httpbreaker.New(nil), Timeout: 5 * time.Second}
+//
+//	resp, err := client.Get("https://example.com/")
+//	if err != nil {
+//		log.Fatal(err) // the dependency's own failure: DNS, refused, timeout
 //	}
-//	resp, err := client.Get("https://fraud.internal/v1/users/42")
-//	if httpbreaker.IsRejected(resp) { /* degrade: the request never left */ }
+//	defer resp.Body.Close()
+//	if httpbreaker.IsRejected(resp) {
+//		// The breaker refused: the request never left the process.
+//		fmt.Println("example.com is failing; retry in", resp.Header.Get("Retry-After"), "s")
+//		return
+//	}
 //
 // # The model
 //
-// A key picks the breaker (HostKey by default: one breaker per host and
-// port; RouteKey for one per host and net/http.ServeMux pattern). A breaker
-// counts outcomes over a rolling window: only the dependency's own faults
-// count as failures (connection errors, timeouts, 5xx), 4xx are successes,
-// caller cancellations are ignored, and 429s count only when sustained. A
-// call is judged when its headers arrive, or, with WithBodyErrors, when
-// its body has been read, so that a cut or stalled body is a failure. It
-// trips when, with at least MinRequests outcomes in the window, the failure
-// rate reaches FailureRate. While open it refuses every request with a
-// synthetic 503 (or an error, or a fallback); the 503 names nothing
-// internal, so it is safe to pass on. When the open period ends it lets at
-// most HalfOpenProbes probes through; ProbesToClose consecutive successes
-// close it, a failure reopens it for twice as long.
+// A key picks the breaker: HostKey, the default, gives one breaker per
+// host and port; WithRoutes gives one per host and net/http.ServeMux
+// pattern, never one per raw path.
+//
+// A breaker is closed, open or half-open. While closed it lets calls
+// through and counts their outcomes over a rolling window (10 seconds by
+// default). Only the dependency's own faults are failures: connection
+// errors, timeouts and 5xx responses. A 4xx is a success, a call its
+// caller cancelled counts for nothing, and 429s count only when they go
+// on for a while. When the window holds at least MinRequests outcomes (20)
+// and the share of failures reaches FailureRate (half), the breaker opens.
+// A dependency called less than twice a second never has 20 outcomes in a
+// 10-second window, so it never trips with the defaults: for one, lower
+// WithMinRequests or lengthen WithWindow in a WithPolicy.
+//
+// While open, the breaker refuses every call with a synthetic 503 that
+// carries Retry-After and X-Should-Retry: false and names nothing
+// internal; IsRejected tells it from a real 503. WithRejectAsError returns
+// an error wrapping ErrOpen instead, and WithFallback your own answer.
+// When the open period ends, the breaker is half-open: it lets one call
+// through as a probe of the dependency. Several successful probes in a
+// row close it; a failed probe opens it again, for twice as long, up to
+// MaxOpenTimeout.
 //
 // # One Transport, many dependencies
 //
-// One Transport serves every dependency of a client, each tuned apart:
-// WithPolicy applies options to the breakers a selector names (a host,
-// host:port, *.suffix or a whole key), over the Transport-wide ones, with
-// its own call timeout (WithCallTimeout), bulkhead and queue
-// (WithMaxConcurrent, WithQueue), fallback, and mode (WithMode: enforce,
-// shadow to watch without refusing, or off). Transport.Update changes
-// these settings at run time and keeps what every breaker knows; Config
-// is the same settings as a service's JSON file. With a Store, Trip and
-// Reset act on every instance of a fleet.
+// WithPolicy tunes the breakers a selector names (a host, host:port,
+// *.suffix or a whole key) over the Transport-wide settings: a call
+// timeout, a bulkhead (a limit on calls in flight, with an optional
+// queue), a fallback, and a mode (enforce; shadow, which counts but
+// refuses nothing; off). Transport.Update changes the settings at run
+// time and keeps what every breaker knows; Config is the same settings as
+// a JSON file. With a Store (the redisstore module), the instances of a
+// fleet share hints: one opens, all open, and one probes for all.
 //
 // There is no background goroutine: state is computed from the clock when
 // it is needed, so a Transport needs no Close and works inside
-// testing/synctest bubbles. State is visible through Prometheus
-// (WithMetrics), Snapshot and StatusHandler, never through responses.
+// testing/synctest bubbles. State shows in Prometheus metrics
+// (WithMetrics), in Snapshot and StatusHandler, and never in responses.
+//
+// The README and the docs directory of the repository hold the guides:
+// tuning, fallbacks, policies, observability, fleets, SDK recipes.
 package httpbreaker
