@@ -515,7 +515,7 @@ func vetBlocks(t *testing.T, root, mod string, built []builtBlock) {
 
 	cmd := exec.Command("go", "vet", "./...")
 	cmd.Dir = mod
-	cmd.Env = append(os.Environ(), "GOPROXY=off", "GOWORK=off", "GOFLAGS=-mod=mod")
+	cmd.Env = append(os.Environ(), "GOPROXY=off", "GOWORK=off", "GOFLAGS=-mod=readonly")
 	out, err := cmd.CombinedOutput()
 	if err == nil {
 		return
