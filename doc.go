@@ -1,13 +1,14 @@
 // Package httpbreaker is a circuit-breaking http.RoundTripper for outbound
 // HTTP clients.
 //
-// When a dependency goes down or hangs, every caller waits out its full
-// timeout before it can degrade, and retries keep the dependency down. Set
-// a Transport as an http.Client's Transport once (or hand that client to
-// any SDK that takes an *http.Client) and every dependency the client
-// talks to gets its own circuit breaker, which refuses calls to a failing
-// dependency at once, without sending them. Other dependencies are not
-// affected.
+// Without a breaker, when a dependency goes down or hangs, every caller
+// waits out its full timeout before it can degrade, and retries keep the
+// dependency down. Set a Transport as an http.Client's Transport once (or
+// hand that client to any SDK that takes an *http.Client) and every
+// dependency the client talks to gets its own circuit breaker, which
+// refuses calls to a failing dependency at once, without sending them.
+// Other dependencies are not affected. The Quick start of the README,
+// which builds as a program of its own:
 //
 //	client := &http.Client{Transport: httpbreaker.New(nil), Timeout: 5 * time.Second}
 //
