@@ -41,11 +41,12 @@ type Transport struct {
 	routes   *routeBreakers           // breakers by pattern and host, under WithRoutes
 	epoch    time.Time                // clock zero: breakers keep time as nanoseconds since epoch
 
-	maxBreakers   int
-	onStateChange func(key string, from, to State)
-	logger        *slog.Logger
-	store         Store
-	member        Member // this Transport's place in store
+	maxBreakers  int
+	onTransition func(Transition)
+	observers    []Observer
+	logger       *slog.Logger
+	store        Store
+	member       Member // this Transport's place in store
 
 	updates, updateErrors atomic.Int64 // Update calls, by result
 
@@ -78,13 +79,14 @@ func New(next http.RoundTripper, opts ...Option) *Transport {
 		next = cleanhttp.DefaultPooledTransport()
 	}
 	t := &Transport{
-		next:          next,
-		keys:          cfg.keys,
-		epoch:         time.Now(),
-		maxBreakers:   cfg.maxBreakers,
-		onStateChange: cfg.onStateChange,
-		logger:        cfg.logger,
-		store:         cfg.store,
+		next:         next,
+		keys:         cfg.keys,
+		epoch:        time.Now(),
+		maxBreakers:  cfg.maxBreakers,
+		onTransition: cfg.onTransition,
+		observers:    cfg.observers,
+		logger:       cfg.logger,
+		store:        cfg.store,
 	}
 	t.policies.Store(ps)
 	t.breakers.init()
@@ -168,13 +170,19 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		return checked(t.next.RoundTrip(req))
 	}
 	b, now := &c.b, t.now()
+	var queued time.Duration // in the bulkhead's waiting line
 	tk, reason, tr := b.admit(now, &p.settings)
 	if reason == rejectBulkhead && p.queue > 0 && p.mode == ModeEnforce {
 		tk, reason, tr, err = t.wait(req, c, p)
+		joined := now
+		now = t.now() // a call timeout starts when the call leaves the line
+		queued = time.Duration(now - joined)
 		if err != nil {
+			if len(t.observers) > 0 {
+				t.observe(req.Context(), Call{Key: c.key(), State: stateOf(b.word.Load()), Outcome: OutcomeIgnored, QueueWait: queued})
+			}
 			return nil, err // the caller's context ended while it waited; g closes the body
 		}
-		now = t.now() // a call timeout starts when the call leaves the line
 	}
 	if reason == admitted {
 		g.b, g.tk = c, tk
@@ -186,6 +194,10 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		t.notify(tr)
 		if p.mode != ModeShadow {
 			c.rejected[reason].Add(1)
+			if len(t.observers) > 0 {
+				t.observe(req.Context(), Call{Key: c.key(), State: c.refusedState(reason), Outcome: OutcomeIgnored,
+					Rejected: reason.String(), QueueWait: queued, RetryAfter: c.retryIn(reason, now)})
+			}
 			closeBody(req) // first: a fallback that panics must not leak it
 			g.unsent = false
 			return t.reject(req, c, p, reason, now)
@@ -194,7 +206,7 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	}
 	short := false
 	if d, ok := req.Context().Deadline(); ok {
-		short = d.Sub(t.epoch)-time.Duration(now) < minBudget
+		short = budget(d, wall(t.epoch, now)) < minBudget
 	}
 	sent, upload := watchUpload(req)
 	if p.callTimeout > 0 {
@@ -207,14 +219,20 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	if g.cancel != nil {
 		resp, err = g.endCallTimeout(sent, resp, err)
 	}
-	if reason != admitted {
+	if reason != admitted { // a shadow breaker's pass
 		g.resp = nil
-		return resp, err // a shadow breaker's pass
+		if len(t.observers) > 0 {
+			end := t.now()
+			o := p.judge(req, p.classify(req, resp, err), err, now, end, short, t.epoch)
+			t.observe(req.Context(), Call{Key: c.key(), State: c.refusedState(reason), Outcome: o,
+				Rejected: reason.String(), Shadow: true, Duration: time.Duration(end - now), QueueWait: queued})
+		}
+		return resp, err
 	}
 
 	o := p.classify(req, resp, err)
 	end := now
-	if o != OutcomeSuccess || p.slowCall > 0 || tk.probe != 0 {
+	if o != OutcomeSuccess || p.slowCall > 0 || tk.probe != 0 || len(t.observers) > 0 {
 		end = t.now() // a probe's end decides whether it outlived the probe bound
 	}
 	o = p.judge(req, o, err, now, end, short, t.epoch)
@@ -225,11 +243,14 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	g.b = nil
 	if o == OutcomeSuccess && p.bodyErrors && watchable(resp) {
 		c.release(tk)
-		resp.Body = t.watchBody(req, c, p, tk, short, resp.Body) // the body's end counts the call
+		resp.Body = t.watchBody(req, c, p, tk, short, queued, resp.Body) // the body's end counts the call
 		tr = nil
 	} else {
 		tr = t.settle(c, tk, o, end, retryAfter(resp, o))
 		c.release(tk) // after the count: a waiter must not take a place the count closed
+		if len(t.observers) > 0 {
+			t.observeCall(req.Context(), c, tk, o, end, queued, tr)
+		}
 	}
 	t.notify(tr)
 	g.resp = nil
@@ -353,22 +374,23 @@ func (t *Transport) Trip(key string, d time.Duration) {
 		return
 	}
 	now := t.now()
-	t.operate(c.b.trip(now, d), Hint{Key: key, State: StateOpen, Operator: true, RetryAt: t.until(now, d)})
+	t.operate(c, c.b.trip(now, d, false), Hint{Key: key, State: StateOpen, Operator: true, RetryAt: t.until(now, d)})
 }
 
 // until is the wall time d after clock time now, or the zero time for a
 // d the clock cannot reach ("until Reset", as the breaker reads it).
 func (t *Transport) until(now int64, d time.Duration) time.Time {
-	if int64(d) >= math.MaxInt64-now { // the breaker's retryAt would be the clock's end
+	at := later(now, d)
+	if at == math.MaxInt64 { // the breaker's retryAt is the clock's end
 		return time.Time{}
 	}
-	return t.epoch.Add(time.Duration(now) + d)
+	return wall(t.epoch, at)
 }
 
 // operate reports the transition of an operator's action, or, when the
 // action changed no state (a Trip of an open breaker, a Reset of a closed
 // one), still tells the fleet, so that every instance does as this one.
-func (t *Transport) operate(tr *transition, h Hint) {
+func (t *Transport) operate(c *circuit, tr *transition, h Hint) {
 	if tr == nil && t.member != nil {
 		t.member.Publish(h)
 	}
@@ -380,7 +402,7 @@ func (t *Transport) operate(tr *transition, h Hint) {
 func (t *Transport) Reset(key string) {
 	key = canonicalHostKey(key)
 	if c := t.breakers.get(key); c != nil {
-		t.operate(c.b.reset(t.now()), Hint{Key: key, State: StateClosed, Operator: true})
+		t.operate(c, c.b.reset(t.now(), false), Hint{Key: key, State: StateClosed, Operator: true})
 	} else if t.member != nil {
 		t.member.Publish(Hint{Key: key, State: StateClosed, Operator: true}) // other instances may have one
 	}
