@@ -284,7 +284,7 @@ func TestAlertRulesMatchTheExposition(t *testing.T) {
 			require.Regexp(t, `(?m)^`+series, exposition, "no series for %s", sel[0])
 		}
 	}
-	require.Equal(t, 5, exprs, "selectors in the rules")
+	require.Equal(t, 8, exprs, "selectors in the rules")
 }
 
 // TestScrapeNeverShowsMoreThanTheCap: during a flood of new hosts that
