@@ -138,9 +138,15 @@ func (t *Transport) existing(ps *policies, req *http.Request, key string) *circu
 	return nil
 }
 
+// maxEvictWait bounds the wait between two scans for an idle circuit: a
+// long window (or an Update that shortens it) must not leave new keys
+// without a breaker for long.
+const maxEvictWait = time.Second
+
 // evictLocked removes one idle circuit, if there is one. When none is
-// idle, it waits a bucket width before scanning again, so a flood of new
-// keys does not rescan a full table of busy breakers for each one.
+// idle, it waits a bucket width (at most maxEvictWait) before scanning
+// again, so a flood of new keys does not rescan a full table of busy
+// breakers for each one.
 // Requires t.mu held.
 func (t *Transport) evictLocked(now int64) bool {
 	if now < t.nextEvict.Load() {
@@ -155,7 +161,7 @@ func (t *Transport) evictLocked(now int64) bool {
 		return true
 	})
 	if victim == nil {
-		t.nextEvict.Store(now + int64(t.policies.Load().base.window)/bucketCount)
+		t.nextEvict.Store(later(now, min(t.policies.Load().base.window/bucketCount, maxEvictWait)))
 		return false
 	}
 	t.breakers.remove(victim)
