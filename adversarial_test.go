@@ -456,7 +456,7 @@ func TestAdversarialEnded429BurstDoesNotCountWithLaterFailures(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := &advTenantDep{calls: map[string]int{}}
 		log := &transitionLog{}
-		tr := New(d, WithJitter(0), WithOnStateChange(log.hook))
+		tr := New(d, WithJitter(0), onStateChange(log.hook))
 		rejected := advDrive(t, tr, 30, func(sec int) advTraffic {
 			if sec < 5 {
 				return advTraffic{{"a", 10, 429}}

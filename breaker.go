@@ -139,22 +139,19 @@ type ticket struct {
 	start int64     // clock time of its admission
 }
 
-// transition is a state change, to report once every lock is released.
-// A breaker that time alone has moved through several states since it
-// was last asked reports each transition, oldest first, through next.
+// transition is a state change, queued in the breaker's outbox where it
+// happens and reported once every lock is released. A breaker that time
+// alone has moved through several states since it was last asked makes
+// each transition, oldest first, chained through next. It is not
+// modified once queued.
 type transition struct {
-	key      string
-	from, to State
-	at       int64   // clock time it happened
-	rate     float64 // failure rate that tripped it (closed→open)
-	samples  int64   // requests in the window that tripped it
-	reason   string  // why: "failure rate", "probe failed", "probe timed out", "manual", "fleet", ...
-	openFor  time.Duration
-	retryAt  int64 // clock time the open period ends, when to is StateOpen
-	cycles   int   // failed probe cycles behind this open period, when to is StateOpen
-	operator bool  // opened or closed by Trip or Reset
-	fleet    bool  // caused by a Store hint: not published back
-	next     *transition
+	Transition       // what hooks, observers and the log see
+	retryAt    int64 // clock time the open period ends, when To is StateOpen
+	cycles     int   // failed probe cycles behind this open period, when To is StateOpen
+	operator   bool  // opened or closed by Trip or Reset
+	fleet      bool  // caused by a Store hint: not published back
+	next       *transition
+	box        *outbox // the breaker's outbox it is queued in
 }
 
 // fleet is what a breaker asks of the instances it shares an outage
@@ -204,19 +201,24 @@ type breaker struct {
 	retryHint   atomic.Int64
 	retryHintAt atomic.Int64
 
-	created int64 // clock time the breaker was made
+	created int64     // clock time the breaker was made
+	epoch   time.Time // the wall time of clock time 0, for transitions' At
+
+	// out delivers the breaker's transitions in order, with no lock held.
+	out outbox
 
 	mu          sync.Mutex
-	since       int64                       // clock time the current state began; guarded by mu
-	cycles      int                         // consecutive failed probe cycles; guarded by mu
-	probes      []probe                     // probes in flight; guarded by mu
-	probeSeq    uint64                      // the last probe id given; guarded by mu
-	successes   int64                       // consecutive probe successes; guarded by mu
-	operator    bool                        // opened by trip: only a reset, or its end, closes it; guarded by mu
-	transitions [numStates][numStates]int64 // guarded by mu
-	openNanos   int64                       // time spent in finished open periods; guarded by mu
-	openSeen    int64                       // the most open time reported (openTotalLocked); guarded by mu
-	results     [numProbeResults]int64      // probes by result; guarded by mu
+	since       int64                     // clock time the current state began; guarded by mu
+	cycles      int                       // consecutive failed probe cycles; guarded by mu
+	probes      []probe                   // probes in flight; guarded by mu
+	probeSeq    uint64                    // the last probe id given; guarded by mu
+	successes   int64                     // consecutive probe successes; guarded by mu
+	operator    bool                      // opened by trip: only a reset, or its end, closes it; guarded by mu
+	reason      Reason                    // of the transition into the current state, or of a Trip; guarded by mu
+	transitions [numTransitionKinds]int64 // by transitionKinds' index; guarded by mu
+	openNanos   int64                     // time spent in finished open periods; guarded by mu
+	openSeen    int64                     // the most open time reported (openTotalLocked); guarded by mu
+	results     [numProbeResults]int64    // probes by result; guarded by mu
 }
 
 // newBreaker returns a closed breaker for key, made at clock time now,
@@ -230,6 +232,7 @@ func newBreaker(key string, s *settings, now int64, f fleet) *breaker {
 // init makes b, which must be new, the breaker newBreaker returns.
 func (b *breaker) init(key string, s *settings, now int64, f fleet) {
 	b.key, b.fleet, b.since, b.created = key, f, now, now
+	b.epoch = time.Now().Add(-time.Duration(now))
 	b.cfg.Store(s)
 	w := new(window)
 	w.init(int64(s.window))
@@ -313,14 +316,14 @@ func (b *breaker) admitState(now int64, s *settings) (ticket, rejectReason, *tra
 			// longer and ask again.
 			b.mu.Lock()
 			if b.word.Load() == w {
-				b.retryAt.Store(now + int64(s.leaseRecheck()))
+				b.retryAt.Store(later(now, s.leaseRecheck()))
 			}
 			b.mu.Unlock()
 			return b.refuse(rejectOpen)
 		}
 	}
 	b.mu.Lock()
-	tr := b.advanceLocked(now, s, true)
+	tr := b.queueLocked(b.advanceLocked(now, b.cfg.Load(), true))
 	w = b.word.Load()
 	var tk ticket
 	reason := admitted
@@ -381,7 +384,9 @@ func (b *breaker) adopt(tk ticket) (ticket, bool) {
 // count takes the outcome o of the call tk at clock time now, with the
 // Retry-After (0 for none) of its response, and returns the transition
 // it caused. An outcome of a call admitted in an earlier generation is
-// dropped: a late result never decides the new state.
+// dropped: a late result never decides the new state. What the outcome
+// decides, it decides by the breaker's settings as they are now (see
+// Transport.Update), not those the call was admitted under.
 func (b *breaker) count(tk ticket, o Outcome, now int64, retryAfter time.Duration) *transition {
 	if o < OutcomeSuccess || o > OutcomeIgnored {
 		o = OutcomeIgnored
@@ -395,19 +400,22 @@ func (b *breaker) count(tk ticket, o Outcome, now int64, retryAfter time.Duratio
 	}
 	b.window().add(now, o)
 	if o == OutcomeFailure || o == OutcomeThrottled {
-		b.noteRetryAfter(retryAfter, now, tk.s)
-		return b.maybeTrip(w, now, tk.s, o == OutcomeThrottled)
+		s := b.cfg.Load()
+		b.noteRetryAfter(retryAfter, now, s)
+		return b.maybeTrip(w, now, s, o == OutcomeThrottled)
 	}
 	return nil
 }
 
 // countProbe is count for a half-open probe: it frees the probe's slot
-// and moves the breaker as its outcome says.
+// and moves the breaker as its outcome says. A probe answered 429
+// reopens, for at least its Retry-After: the dependency said "not now".
 func (b *breaker) countProbe(tk ticket, o Outcome, now int64, retryAfter time.Duration) *transition {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if tr := b.advanceLocked(now, tk.s, false); tr != nil {
-		return tr // the probe outlived the bound: it counted as failed then
+	s := b.cfg.Load()
+	if tr := b.advanceLocked(now, s, false); tr != nil {
+		return b.queueLocked(tr) // the probe outlived the bound: it counted as failed then
 	}
 	w := b.word.Load()
 	if genOf(w) != tk.gen || stateOf(w) != StateHalfOpen {
@@ -419,17 +427,31 @@ func (b *breaker) countProbe(tk ticket, o Outcome, now int64, retryAfter time.Du
 	case OutcomeSuccess:
 		b.results[probeSuccess]++
 		b.successes++
-		if b.successes >= tk.s.probesToClose {
-			return b.closeLocked(now, "probes succeeded")
+		if b.successes >= s.probesToClose {
+			return b.queueLocked(b.closeLocked(now, ReasonProbesSucceeded))
 		}
-	case OutcomeFailure:
+	case OutcomeFailure, OutcomeThrottled:
 		b.results[probeFailure]++
-		b.noteRetryAfter(retryAfter, now, tk.s)
-		return b.reopenLocked(now, tk.s, "probe failed")
+		reason := ReasonProbeFailed
+		if o == OutcomeThrottled {
+			reason = ReasonThrottled
+		}
+		b.noteRetryAfter(retryAfter, now, s)
+		return b.queueLocked(b.reopenLocked(now, s, reason))
 	default:
 		b.results[probeIgnored]++
 	}
 	return nil
+}
+
+// queueLocked queues tr, and those chained to it, for delivery, and
+// returns it. Requires mu held: the queue keeps the order in which the
+// breaker's transitions happened.
+func (b *breaker) queueLocked(tr *transition) *transition {
+	if tr != nil {
+		b.out.push(tr)
+	}
+	return tr
 }
 
 // releaseProbeLocked frees the slot of probe id. Requires mu held.
@@ -472,7 +494,9 @@ func (b *breaker) hintFresh(now int64, s *settings) bool {
 // the threshold. It is checked when a failure or a 429 is counted, never
 // on a success, which cannot raise the rate. w is the state word the
 // outcome was counted under; the transition happens only if it is still
-// current, so it happens once.
+// current, so it happens once. Failures alone at the rate trip it for
+// ReasonFailureRate; sustained 429s that complete the rate, for
+// ReasonThrottled.
 func (b *breaker) maybeTrip(w uint64, now int64, s *settings, throttled bool) *transition {
 	c := b.window().sums(now)
 	req := c.requests()
@@ -482,23 +506,24 @@ func (b *breaker) maybeTrip(w uint64, now int64, s *settings, throttled bool) *t
 		}
 		return nil
 	}
+	sustained := b.throttleSustained(now, c, s, throttled)
+	reason := ReasonFailureRate
 	bad := c[OutcomeFailure]
-	if b.throttleSustained(now, c, s, throttled) {
-		bad += c[OutcomeThrottled]
-	}
 	if float64(bad) < s.failureRate*float64(req) {
-		return nil
+		if !sustained {
+			return nil
+		}
+		reason = ReasonThrottled
+		if bad += c[OutcomeThrottled]; float64(bad) < s.failureRate*float64(req) {
+			return nil
+		}
 	}
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.word.Load() != w {
-		b.mu.Unlock()
 		return nil
 	}
-	tr := b.openLocked(now, b.openDuration(now, s), "failure rate")
-	b.mu.Unlock()
-	tr.rate = float64(bad) / float64(req)
-	tr.samples = req
-	return tr
+	return b.queueLocked(b.openLocked(now, b.openDuration(now, s), reason, countsOf(c)))
 }
 
 // throttleSustained reports whether 429s have made up the failure rate of
@@ -526,9 +551,10 @@ func (b *breaker) throttleSustained(now int64, c counts, s *settings, throttled 
 // alone causes, each at the time it happened: an open period that ended
 // at retryAt became half-open then, and a half-open breaker whose oldest
 // probe outlived the probe bound reopened when the bound passed (and may
-// since have become half-open again). With a fleet, only an admission
-// (which has asked for the fleet's probe lease) moves an open breaker to
-// half-open. Requires mu held.
+// since have become half-open again). Each carries the window as read
+// now. With a fleet, only an admission (which has asked for the fleet's
+// probe lease) moves an open breaker to half-open. The transitions are
+// chained, oldest first, not yet queued. Requires mu held.
 func (b *breaker) advanceLocked(now int64, s *settings, admission bool) *transition {
 	var first, last *transition
 	for {
@@ -537,12 +563,13 @@ func (b *breaker) advanceLocked(now int64, s *settings, admission bool) *transit
 		switch stateOf(w) {
 		case StateOpen:
 			if at := b.retryAt.Load(); now >= at && (admission || b.fleet == nil) {
-				tr = b.setLocked(StateHalfOpen, at, "open period ended")
+				tr = b.setLocked(StateHalfOpen, at, ReasonOpenElapsed, b.countsLocked(now))
 			}
 		case StateHalfOpen:
 			if at, ok := b.probeBoundLocked(s); ok && now >= at {
 				b.results[probeTimeout]++
-				tr = b.reopenLocked(at, s, "probe timed out")
+				tr = b.reopenLocked(at, s, ReasonProbeTimeout)
+				tr.Counts = b.countsLocked(now)
 			}
 		}
 		if tr == nil {
@@ -557,6 +584,9 @@ func (b *breaker) advanceLocked(now int64, s *settings, admission bool) *transit
 	}
 }
 
+// countsLocked returns the window's Counts at clock time now.
+func (b *breaker) countsLocked(now int64) Counts { return countsOf(b.window().sums(now)) }
+
 // probeBoundLocked returns the clock time at which the oldest probe in
 // flight outlives the probe bound, if one is in flight. Requires mu held.
 func (b *breaker) probeBoundLocked(s *settings) (int64, bool) {
@@ -567,13 +597,14 @@ func (b *breaker) probeBoundLocked(s *settings) (int64, bool) {
 	for _, p := range b.probes[1:] {
 		oldest = min(oldest, p.start)
 	}
-	return oldest + int64(s.maxOpenTimeout), true
+	return later(oldest, s.maxOpenTimeout), true
 }
 
-// setLocked moves to state to at clock time at and starts a new
-// generation. It returns nil when the state stays the same (a manual trip
-// of an open breaker), which is not a transition. Requires mu held.
-func (b *breaker) setLocked(to State, at int64, reason string) *transition {
+// setLocked moves to state to at clock time at, for reason, decided on
+// window counts c, and starts a new generation. It returns nil when the
+// state stays the same (a manual trip of an open breaker), which is not a
+// transition. Requires mu held.
+func (b *breaker) setLocked(to State, at int64, reason Reason, c Counts) *transition {
 	w := b.word.Load()
 	from := stateOf(w)
 	if from == StateOpen {
@@ -581,6 +612,7 @@ func (b *breaker) setLocked(to State, at int64, reason string) *transition {
 	}
 	b.since = at
 	b.operator = false
+	b.reason = reason
 	b.probes = b.probes[:0]
 	b.successes = 0
 	b.retryHint.Store(0)
@@ -592,20 +624,26 @@ func (b *breaker) setLocked(to State, at int64, reason string) *transition {
 	if from == to {
 		return nil
 	}
-	b.transitions[from][to]++
-	return &transition{key: b.key, from: from, to: to, at: at, reason: reason}
+	if k := transitionKind(from, to, reason); k >= 0 {
+		b.transitions[k]++
+	}
+	return &transition{Transition: Transition{
+		Key: b.key, From: from, To: to, Reason: reason, At: wall(b.epoch, at), Counts: c,
+	}}
 }
 
-// openLocked opens the breaker at clock time at for d. Requires mu held.
-func (b *breaker) openLocked(at int64, d time.Duration, reason string) *transition {
-	until := at + int64(d)
-	if until < at {
-		until = math.MaxInt64 // "forever": a d that overflows the clock opens until its end
-	}
+// openLocked opens the breaker at clock time at for d, for reason,
+// decided on window counts c; a d the clock cannot reach opens it until
+// the clock's end. Requires mu held.
+func (b *breaker) openLocked(at int64, d time.Duration, reason Reason, c Counts) *transition {
+	until := later(at, d)
 	b.retryAt.Store(until)
-	tr := b.setLocked(StateOpen, at, reason)
+	tr := b.setLocked(StateOpen, at, reason, c)
 	if tr != nil {
-		tr.openFor, tr.retryAt, tr.cycles = d, until, b.cycles
+		tr.retryAt, tr.cycles = until, b.cycles
+		if until != math.MaxInt64 {
+			tr.OpenFor = d
+		}
 	}
 	return tr
 }
@@ -627,42 +665,45 @@ func (b *breaker) openTotalLocked(now int64) int64 {
 }
 
 // reopenLocked reopens a half-open breaker at clock time at after a
-// failed probe cycle, with backoff. Requires mu held.
-func (b *breaker) reopenLocked(at int64, s *settings, reason string) *transition {
+// failed probe cycle, with backoff, for reason. Requires mu held.
+func (b *breaker) reopenLocked(at int64, s *settings, reason Reason) *transition {
 	b.cycles++
-	return b.openLocked(at, b.openDuration(at, s), reason)
+	return b.openLocked(at, b.openDuration(at, s), reason, b.countsLocked(at))
 }
 
 // openDuration is the base open timeout doubled per consecutive failed
 // probe cycle, raised to the upstream Retry-After of a response in the
 // window at clock time now, capped at the maximum, then jittered upward.
+// It saturates: a maximum of time.Duration(math.MaxInt64) still backs off.
 func (b *breaker) openDuration(now int64, s *settings) time.Duration {
 	d := s.openTimeout
 	for i := 0; i < b.cycles && d < s.maxOpenTimeout; i++ {
-		d *= 2
+		d = doubled(d)
 	}
 	if h := time.Duration(b.retryHint.Load()); h > d && b.hintFresh(now, s) {
 		d = h
 	}
 	d = min(d, s.maxOpenTimeout)
 	if s.jitter > 0 {
-		if span := int64(float64(d) * s.jitter); span > 0 {
-			d += time.Duration(rand.Int64N(span + 1))
+		if span := scaled(d, s.jitter); span > 0 {
+			j := time.Duration(rand.Int64N(int64(min(span, math.MaxInt64-1)) + 1))
+			d = time.Duration(later(int64(d), j))
 		}
 	}
 	return d
 }
 
-// closeLocked closes the breaker at clock time at with its backoff and
-// window counts cleared. It starts a new generation even when the breaker
-// was closed already, and before it clears the window, so that calls
-// admitted before do not refill the cleared window. (One that passed its
-// generation check an instant before, and adds its count an instant
-// after the clear, still lands in it: the check and the add are two
-// atomic operations, not one.) Requires mu held.
-func (b *breaker) closeLocked(at int64, reason string) *transition {
+// closeLocked closes the breaker at clock time at, for reason, with its
+// backoff and window counts cleared. It starts a new generation even when
+// the breaker was closed already, and before it clears the window, so
+// that calls admitted before do not refill the cleared window. (One that
+// passed its generation check an instant before, and adds its count an
+// instant after the clear, still lands in it: the check and the add are
+// two atomic operations, not one.) The transition carries the window as
+// it was before the clear. Requires mu held.
+func (b *breaker) closeLocked(at int64, reason Reason) *transition {
 	b.cycles = 0
-	tr := b.setLocked(StateClosed, at, reason)
+	tr := b.setLocked(StateClosed, at, reason, b.countsLocked(at))
 	b.window().clear()
 	return tr
 }
@@ -675,52 +716,55 @@ func (b *breaker) current(now int64) (State, *transition) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	tr := b.advanceLocked(now, b.cfg.Load(), false)
-	s, _ := b.displayLocked(now)
+	tr := b.queueLocked(b.advanceLocked(now, b.cfg.Load(), false))
+	s, _, _ := b.displayLocked(now)
 	return s, tr
 }
 
-// displayLocked is the state to show and when it began: an open breaker
-// whose open period has ended shows as half-open since that end, due to
-// probe, even while it waits for the fleet's probe lease. Requires mu
-// held.
-func (b *breaker) displayLocked(now int64) (State, int64) {
+// displayLocked is the state to show, when it began and why: an open
+// breaker whose open period has ended shows as half-open since that end,
+// due to probe, even while it waits for the fleet's probe lease. Requires
+// mu held.
+func (b *breaker) displayLocked(now int64) (State, int64, Reason) {
 	switch s := stateOf(b.word.Load()); s {
 	case StateOpen:
 		if at := b.retryAt.Load(); now >= at {
-			return StateHalfOpen, at
+			return StateHalfOpen, at, ReasonOpenElapsed
 		}
 	case StateHalfOpen:
 		if at, ok := b.probeBoundLocked(b.cfg.Load()); ok && now >= at {
-			return StateOpen, at // a probe outlived the bound: reopened then (a scrape does not move it)
+			return StateOpen, at, ReasonProbeTimeout // reopened then (a scrape does not move it)
 		}
 	}
-	return stateOf(b.word.Load()), b.since
+	return stateOf(b.word.Load()), b.since, b.reason
 }
 
 // trip opens the breaker at clock time now for exactly d, whatever its
-// state: an operator's action.
-func (b *breaker) trip(now int64, d time.Duration) *transition {
+// state: an operator's action, here or (fleet) on another instance. A
+// trip of an open breaker is no transition, but the breaker's reason
+// becomes ReasonTrip.
+func (b *breaker) trip(now int64, d time.Duration, fleet bool) *transition {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	tr := b.openLocked(now, d, "manual")
+	tr := b.openLocked(now, d, ReasonTrip, b.countsLocked(now))
 	b.operator = true
+	b.reason = ReasonTrip
 	if tr != nil {
-		tr.operator = true
+		tr.operator, tr.fleet = true, fleet
 	}
-	return tr
+	return b.queueLocked(tr)
 }
 
 // reset closes the breaker at clock time now and clears its counts and
-// backoff: an operator's action.
-func (b *breaker) reset(now int64) *transition {
+// backoff: an operator's action, here or (fleet) on another instance.
+func (b *breaker) reset(now int64, fleet bool) *transition {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	tr := b.closeLocked(now, "manual")
+	tr := b.closeLocked(now, ReasonReset)
 	if tr != nil {
-		tr.operator = true
+		tr.operator, tr.fleet = true, fleet
 	}
-	return tr
+	return b.queueLocked(tr)
 }
 
 // idle reports whether the breaker can be evicted at clock time now:
@@ -750,14 +794,18 @@ func (b *breaker) hintOpen(now int64, d time.Duration, cycles int) *transition {
 	d = min(d, b.cfg.Load().maxOpenTimeout)
 	switch stateOf(b.word.Load()) {
 	case StateOpen:
-		if until := now + int64(d); until > b.retryAt.Load() {
+		if until := later(now, d); until > b.retryAt.Load() {
 			b.retryAt.Store(until) // the fleet knows it is down for longer
 		}
 		return nil
 	case StateHalfOpen:
 		return nil
 	}
-	return fleetTransition(b.openLocked(now, d, "fleet"))
+	tr := b.openLocked(now, d, ReasonFleet, b.countsLocked(now))
+	if tr != nil {
+		tr.fleet = true
+	}
+	return b.queueLocked(tr)
 }
 
 // hintClose takes a fleet's word at clock time now that the dependency
@@ -769,26 +817,23 @@ func (b *breaker) hintClose(now int64) *transition {
 	if stateOf(b.word.Load()) == StateClosed || b.operator {
 		return nil
 	}
-	return fleetTransition(b.closeLocked(now, "fleet"))
-}
-
-// fleetTransition marks tr, if any, as caused by the fleet.
-func fleetTransition(tr *transition) *transition {
+	tr := b.closeLocked(now, ReasonFleet)
 	if tr != nil {
 		tr.fleet = true
 	}
-	return tr
+	return b.queueLocked(tr)
 }
 
 // stats is what Snapshot, the status page and metrics read of a breaker,
 // all at once, as of one clock time.
 type stats struct {
-	state       State // as displayLocked shows it
-	since       int64 // clock time it entered state
-	retryAt     int64 // clock time an open breaker lets probes go; 0 otherwise
+	state       State  // as displayLocked shows it
+	since       int64  // clock time it entered state
+	reason      Reason // why it is in state
+	retryAt     int64  // clock time an open breaker lets probes go; 0 otherwise
 	window      counts
 	totals      counts
-	transitions [numStates][numStates]int64
+	transitions [numTransitionKinds]int64
 	open        time.Duration // time spent open, never decreasing
 	probes      [numProbeResults]int64
 }
@@ -801,9 +846,9 @@ func (b *breaker) stats(now int64, advance bool) (stats, *transition) {
 	var tr *transition
 	b.mu.Lock()
 	if advance {
-		tr = b.advanceLocked(now, b.cfg.Load(), false)
+		tr = b.queueLocked(b.advanceLocked(now, b.cfg.Load(), false))
 	}
-	st.state, st.since = b.displayLocked(now)
+	st.state, st.since, st.reason = b.displayLocked(now)
 	if st.state == StateOpen {
 		st.retryAt = b.retryAt.Load()
 	}
@@ -814,4 +859,42 @@ func (b *breaker) stats(now int64, advance bool) (stats, *transition) {
 	st.window = b.window().sums(now)
 	st.totals = b.window().totals()
 	return st, tr
+}
+
+// transitionKinds are the transitions a breaker can make, each with the
+// reasons it can be made for: one series of breaker_transitions_total
+// each.
+var transitionKinds = [...]struct {
+	from, to State
+	reason   Reason
+}{
+	{StateClosed, StateOpen, ReasonFailureRate},
+	{StateClosed, StateOpen, ReasonThrottled},
+	{StateClosed, StateOpen, ReasonTrip},
+	{StateClosed, StateOpen, ReasonFleet},
+	{StateOpen, StateHalfOpen, ReasonOpenElapsed},
+	{StateHalfOpen, StateOpen, ReasonProbeFailed},
+	{StateHalfOpen, StateOpen, ReasonThrottled},
+	{StateHalfOpen, StateOpen, ReasonProbeTimeout},
+	{StateHalfOpen, StateOpen, ReasonTrip},
+	{StateHalfOpen, StateClosed, ReasonProbesSucceeded},
+	{StateHalfOpen, StateClosed, ReasonReset},
+	{StateHalfOpen, StateClosed, ReasonFleet},
+	{StateOpen, StateClosed, ReasonReset},
+	{StateOpen, StateClosed, ReasonFleet},
+}
+
+// numTransitionKinds is the number of transitionKinds.
+const numTransitionKinds = len(transitionKinds)
+
+// transitionKind returns the index in transitionKinds of a transition
+// from → to for reason, or -1 for a combination the machine does not
+// make (a test proves it makes none).
+func transitionKind(from, to State, reason Reason) int {
+	for i, k := range transitionKinds {
+		if k.from == from && k.to == to && k.reason == reason {
+			return i
+		}
+	}
+	return -1
 }

@@ -472,7 +472,7 @@ func TestHungProbeCannotHoldItsSlotForever(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newDep(500)
 		log := &transitionLog{}
-		tr := tripped(t, d, WithMaxOpenTimeout(30*time.Second), WithOnStateChange(log.hook))
+		tr := tripped(t, d, WithMaxOpenTimeout(30*time.Second), onStateChange(log.hook))
 		time.Sleep(time.Second)
 		d.set(200, nil)
 		d.block() // the probe hangs, ignoring nothing but release
@@ -536,7 +536,7 @@ func TestTransitionsHappenExactlyOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newDep(500)
 		log := &transitionLog{}
-		tr := New(d, WithMinRequests(10), WithOnStateChange(log.hook))
+		tr := New(d, WithMinRequests(10), onStateChange(log.hook))
 		d.block()
 		var wg sync.WaitGroup
 		for range 200 {
@@ -556,7 +556,7 @@ func TestTransitionsUnderRealContention(t *testing.T) {
 	var mu sync.Mutex
 	counts := map[[2]State]int{}
 	tr := New(d, WithMinRequests(5), WithOpenTimeout(time.Hour), WithMaxOpenTimeout(time.Hour),
-		WithOnStateChange(func(_ string, from, to State) {
+		onStateChange(func(_ string, from, to State) {
 			mu.Lock()
 			counts[[2]State{from, to}]++
 			mu.Unlock()

@@ -91,6 +91,7 @@ func (t *Transport) create(req *http.Request, key string) *circuit {
 	pol := t.policies.Load().of(key)
 	c.pol.Store(pol)
 	c.b.init(strings.Clone(key), &pol.settings, now, t.member) // the key: not the request's memory
+	c.b.epoch = t.epoch
 	t.breakers.insert(c)
 	t.mu.Unlock()
 	t.learn(c)

@@ -197,3 +197,18 @@ func testCircuit(key string) *circuit {
 	c.b.init(key, &cfg.policy.settings, 0, nil)
 	return c
 }
+
+// onStateChange is WithOnTransition for tests that look only at the key
+// and the states.
+func onStateChange(f func(key string, from, to State)) Option {
+	if f == nil {
+		return WithOnTransition(nil)
+	}
+	return WithOnTransition(func(tr Transition) { f(tr.Key, tr.From, tr.To) })
+}
+
+// nopObserver is an Observer that does nothing.
+type nopObserver struct{}
+
+func (nopObserver) Transition(Transition)      {}
+func (nopObserver) Call(context.Context, Call) {}

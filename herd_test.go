@@ -48,7 +48,7 @@ func herdRun(t *testing.T, probes int) {
 		return d.RoundTrip(r)
 	})
 	tr := New(next, WithMinRequests(1), WithJitter(0), WithOpenTimeout(openFor),
-		WithHalfOpenProbes(probes), WithProbesToClose(probes), WithOnStateChange(log.hook))
+		WithHalfOpenProbes(probes), WithProbesToClose(probes), onStateChange(log.hook))
 	_, _ = get(t, tr, testURL)
 	require.Equal(t, StateOpen, tr.State(testKey))
 	opened = time.Now()

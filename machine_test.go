@@ -55,7 +55,7 @@ func runMachine(t *testing.T, s settings, f fleet, rows []mrow) (*breaker, []str
 	var log []string
 	note := func(tr *transition) {
 		for ; tr != nil; tr = tr.next {
-			log = append(log, fmt.Sprintf("%v→%v@%v", tr.from, tr.to, time.Duration(tr.at)))
+			log = append(log, fmt.Sprintf("%v→%v@%v", tr.From, tr.To, tr.At.Sub(b.epoch)))
 		}
 	}
 	for i, r := range rows {
@@ -79,9 +79,9 @@ func runMachine(t *testing.T, s settings, f fleet, rows []mrow) (*breaker, []str
 			b.release(tk)
 			note(b.count(tk, r.o, now, r.d))
 		case "trip":
-			note(b.trip(now, r.d))
+			note(b.trip(now, r.d, false))
 		case "reset":
-			note(b.reset(now))
+			note(b.reset(now, false))
 		case "hint-open":
 			note(b.hintOpen(now, r.d, 0))
 		case "hint-close":

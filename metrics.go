@@ -46,8 +46,8 @@ func newCollector(t *Transport) *collector {
 			"Calls a breaker in shadow mode would have refused, by reason; they went through and counted for nothing.",
 			[]string{"breaker", "reason"}, nil),
 		transitions: prometheus.NewDesc("breaker_transitions_total",
-			"State transitions of the breaker.",
-			[]string{"breaker", "from", "to"}, nil),
+			"State transitions of the breaker, by the reason it moved.",
+			[]string{"breaker", "from", "to", "reason"}, nil),
 		openSeconds: prometheus.NewDesc("breaker_open_seconds_total",
 			"Time the breaker has spent open, in seconds.",
 			l, nil),
@@ -131,13 +131,8 @@ func (c *collector) emit(ch chan<- prometheus.Metric, k *circuit, m *stats) {
 			ch <- prometheus.MustNewConstMetric(c.shadowRejections, counter, float64(k.shadowed[r].Load()), key, r.String())
 		}
 	}
-	for from := State(0); from < numStates; from++ {
-		for to := State(0); to < numStates; to++ {
-			// closed→half-open cannot happen: no series for it.
-			if from != to && (from != StateClosed || to != StateHalfOpen) {
-				ch <- prometheus.MustNewConstMetric(c.transitions, counter, float64(m.transitions[from][to]), key, from.String(), to.String())
-			}
-		}
+	for i, k := range transitionKinds {
+		ch <- prometheus.MustNewConstMetric(c.transitions, counter, float64(m.transitions[i]), key, k.from.String(), k.to.String(), k.reason.String())
 	}
 	ch <- prometheus.MustNewConstMetric(c.openSeconds, counter, m.open.Seconds(), key)
 	for p := probeResult(0); p < numProbeResults; p++ {

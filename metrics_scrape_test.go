@@ -107,25 +107,26 @@ func TestScrapeOverHTTP(t *testing.T) {
 		`breaker_rejections_total{breaker="open.test",reason="open"} 1`,
 		`breaker_rejections_total{breaker="open.test",reason="half-open"} 0`,
 		`breaker_rejections_total{breaker="open.test",reason="bulkhead"} 0`,
-		`breaker_transitions_total{breaker="open.test",from="closed",to="open"} 1`,
+		`breaker_transitions_total{breaker="open.test",from="closed",reason="failure_rate",to="open"} 1`,
 		// A scrape changes nothing: the breaker shows as due for half-open,
 		// and the transition happens with the next request.
-		`breaker_transitions_total{breaker="half.test",from="open",to="half-open"} 0`,
+		`breaker_transitions_total{breaker="half.test",from="open",reason="open_elapsed",to="half-open"} 0`,
 		`breaker_probes_total{breaker="half.test",result="success"} 0`,
 	} {
 		require.Contains(t, text, line+"\n")
 	}
 	require.Regexp(t, `(?m)^breaker_open_seconds_total\{breaker="open.test"\} \S+$`, text)
 	// Every series of the four breakers is there: 3 states, 4 outcomes,
-	// 3 reasons, 5 possible transitions, 1 open time and 4 probe results
-	// each.
+	// 3 rejection reasons, 14 possible transitions with their reasons, 1
+	// open time and 4 probe results each.
 	series := 0
 	for line := range strings.Lines(text) {
 		if !strings.HasPrefix(line, "#") {
 			series++
 		}
 	}
-	require.Equal(t, 4*(3+4+3+5+1+4), series)
+	require.Equal(t, 4*(3+4+3+numTransitionKinds+1+4), series)
+	require.Equal(t, 14, numTransitionKinds)
 }
 
 func TestScrapeLintAllStatesAndEvictions(t *testing.T) {

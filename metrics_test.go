@@ -55,9 +55,9 @@ breaker_open_seconds_total{breaker="api.test"} 1
 		d.set(200, nil)
 		_, _ = get(t, tr, testURL) // the probe closes it
 		require.Equal(t, 1.0, gaugeValue(t, reg, "breaker_state", `state="closed"`))
-		require.Equal(t, 1.0, gaugeValue(t, reg, "breaker_transitions_total", `from="closed",to="open"`))
-		require.Equal(t, 1.0, gaugeValue(t, reg, "breaker_transitions_total", `from="open",to="half-open"`))
-		require.Equal(t, 1.0, gaugeValue(t, reg, "breaker_transitions_total", `from="half-open",to="closed"`))
+		require.Equal(t, 1.0, gaugeValue(t, reg, "breaker_transitions_total", `from="closed",reason="failure_rate",to="open"`))
+		require.Equal(t, 1.0, gaugeValue(t, reg, "breaker_transitions_total", `from="open",reason="open_elapsed",to="half-open"`))
+		require.Equal(t, 1.0, gaugeValue(t, reg, "breaker_transitions_total", `from="half-open",reason="probes_succeeded",to="closed"`))
 		require.Equal(t, 1.0, gaugeValue(t, reg, "breaker_probes_total", `result="success"`))
 		require.Equal(t, 2.0, gaugeValue(t, reg, "breaker_open_seconds_total", ``))
 		// Totals never go backwards when the window is cleared.
@@ -165,7 +165,7 @@ func TestMetricsOpenSeconds(t *testing.T) {
 		require.Equal(t, 1.0, st.open.Seconds(), "nothing added for a period that starts after now")
 		time.Sleep(30 * time.Second)
 		require.Equal(t, 31.0, open())
-		b.reset(before) // a Reset whose clock read came before the trip
+		b.reset(before, false) // a Reset whose clock read came before the trip
 		require.Equal(t, 31.0, open(), "a counter does not go backwards")
 		require.Equal(t, StateClosed, tr.State(testKey))
 		tr.Trip(testKey, time.Second)

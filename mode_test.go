@@ -32,7 +32,7 @@ func playModeRows(t *testing.T, m Mode, reg prometheus.Registerer) ([]string, in
 	d := newDep(200)
 	log := &transitionLog{}
 	opts := []Option{WithMinRequests(4), WithJitter(0), WithOpenTimeout(time.Second), WithProbesToClose(2),
-		WithOnStateChange(log.hook), WithPolicy(testKey, WithMode(m))}
+		onStateChange(log.hook), WithPolicy(testKey, WithMode(m))}
 	if reg != nil {
 		opts = append(opts, WithMetrics(reg))
 	}

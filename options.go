@@ -43,12 +43,13 @@ type config struct {
 	policy
 	rules []rule // WithPolicy's, in the order given
 
-	keys          keying
-	maxBreakers   int
-	onStateChange func(key string, from, to State)
-	logger        *slog.Logger
-	registerer    prometheus.Registerer
-	store         Store
+	keys         keying
+	maxBreakers  int
+	onTransition func(Transition)
+	observers    []Observer
+	logger       *slog.Logger
+	registerer   prometheus.Registerer
+	store        Store
 
 	// errs collects invalid option values; New panics with the first.
 	errs []string
@@ -72,7 +73,8 @@ type config struct {
 //	max concurrent per key  0 (unlimited)
 //	max breakers            1000
 //	rejection               synthetic 503, no fallback
-//	state-change hook       none
+//	transition hook         none
+//	observers               none
 //	logger                  none
 //	metrics                 none
 func defaultConfig() config {
@@ -410,19 +412,6 @@ func WithFallback(f func(*http.Request, error) (*http.Response, error)) Option {
 // *url.Error; errors.Is still works.
 func WithRejectAsError() Option {
 	return tunable("WithRejectAsError", func(c *config) { c.rejectAsError = true })
-}
-
-// WithOnStateChange sets a function called after each transition of any
-// breaker, on the goroutine that caused it, after every lock has been
-// released: it may call back into the Transport, and no other request
-// waits for it. Only the one call that caused the transition (or the
-// State, Snapshot or Health call that noticed it) runs the hook, so a slow
-// hook delays that call alone; hand slow work to a goroutine of your own.
-// Calls for different transitions may run concurrently. A panic in f
-// reaches that caller, after the breaker has settled. Scrapes never run
-// it. A nil f removes the hook.
-func WithOnStateChange(f func(key string, from, to State)) Option {
-	return structural("WithOnStateChange", func(c *config) { c.onStateChange = f })
 }
 
 // WithLogger logs transitions through l: opening at Warn (with the failure

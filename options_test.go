@@ -58,7 +58,7 @@ func TestValidEdgeOptions(t *testing.T) {
 		New(nil, WithWindow(10*time.Millisecond), WithFailureRate(1), WithJitter(0), WithJitter(1),
 			WithSlowCallThreshold(0), WithThrottleSustain(0), WithMaxConcurrent(0),
 			WithOpenTimeout(time.Second), WithMaxOpenTimeout(time.Second),
-			WithOnStateChange(nil), WithLogger(nil), WithMaxBreakers(1))
+			onStateChange(nil), WithLogger(nil), WithMaxBreakers(1))
 	})
 }
 

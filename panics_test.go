@@ -165,7 +165,7 @@ func TestPanicInFallbackLeavesTheBreakerAlone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newDep(500)
 		log := &transitionLog{}
-		tr := tripped(t, d, WithOnStateChange(log.hook), WithProbesToClose(1),
+		tr := tripped(t, d, onStateChange(log.hook), WithProbesToClose(1),
 			WithFallback(func(*http.Request, error) (*http.Response, error) { panic(panicValue) }))
 		for range 5 {
 			requirePanics(t, tr) // rejected while open: the fallback panics
@@ -225,7 +225,7 @@ func TestPanicInOnStateChangeStillTransitionsOnce(t *testing.T) {
 		d := newDep(500)
 		on, calls := true, 0
 		tr := New(d, WithMinRequests(2), WithJitter(0), WithOpenTimeout(time.Second),
-			WithOnStateChange(panicHook(StateOpen, &on, &calls)))
+			onStateChange(panicHook(StateOpen, &on, &calls)))
 		_, _ = get(t, tr, testURL)
 		requirePanics(t, tr) // the second failure trips; the hook panics
 		require.Equal(t, 1, calls)
@@ -249,7 +249,7 @@ func TestPanicInOnStateChangeAtAdmissionFreesTheProbeSlot(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newDep(500)
 		on, calls := true, 0
-		tr := tripped(t, d, WithOnStateChange(panicHook(StateHalfOpen, &on, &calls)))
+		tr := tripped(t, d, onStateChange(panicHook(StateHalfOpen, &on, &calls)))
 		time.Sleep(time.Second)
 		d.set(200, nil)
 		before := d.calls.Load()
@@ -271,7 +271,7 @@ func TestPanicInOnStateChangeAtAdmissionFreesTheBulkheadPlace(t *testing.T) {
 		d := newDep(500)
 		on, calls := true, 0
 		tr := tripped(t, d, WithMaxConcurrent(1), WithHalfOpenProbes(1),
-			WithOnStateChange(panicHook(StateHalfOpen, &on, &calls)))
+			onStateChange(panicHook(StateHalfOpen, &on, &calls)))
 		time.Sleep(time.Second)
 		requirePanics(t, tr)
 		on = false
@@ -293,7 +293,7 @@ func TestPanicInOnStateChangeAfterTheCallClosesTheResponseBody(t *testing.T) {
 		on, calls := true, 0
 		tr := New(rtFunc(func(r *http.Request) (*http.Response, error) {
 			return &http.Response{StatusCode: 500, Header: http.Header{}, Body: body, Request: r}, nil
-		}), WithMinRequests(1), WithOnStateChange(panicHook(StateOpen, &on, &calls)))
+		}), WithMinRequests(1), onStateChange(panicHook(StateOpen, &on, &calls)))
 		requirePanics(t, tr)
 		require.Equal(t, StateOpen, tr.State(testKey))
 		require.True(t, body.closed.Load(), "the response nobody will see must be closed")
@@ -341,7 +341,7 @@ func TestPanicBeforeNextClosesTheRequestBody(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			d := newDep(500)
 			on, calls := true, 0
-			tr := tripped(t, d, WithOnStateChange(panicHook(StateHalfOpen, &on, &calls)))
+			tr := tripped(t, d, onStateChange(panicHook(StateHalfOpen, &on, &calls)))
 			time.Sleep(time.Second)
 			before := d.calls.Load()
 			require.True(t, send(t, tr).closed.Load())
@@ -354,7 +354,7 @@ func TestPanicBeforeNextClosesTheRequestBody(t *testing.T) {
 			// the breaker, and is refused, in one step.
 			d := newDep(500)
 			on, calls := false, 0
-			tr := tripped(t, d, WithMaxOpenTimeout(10*time.Second), WithOnStateChange(panicHook(StateOpen, &on, &calls)))
+			tr := tripped(t, d, WithMaxOpenTimeout(10*time.Second), onStateChange(panicHook(StateOpen, &on, &calls)))
 			time.Sleep(time.Second)
 			d.set(200, nil)
 			d.block()

@@ -111,7 +111,7 @@ func (p *policy) rejudge(req *http.Request, o Outcome, err error, start, end int
 // naming WithPolicy, for an empty selector, "*", "*." or a "*" anywhere
 // but a leading "*.", and for an option that shapes the Transport as a
 // whole (WithKeyFunc, WithRoutes, WithMaxBreakers, WithMetrics,
-// WithLogger, WithOnStateChange, WithStore, WithPolicy). Relations between
+// WithLogger, WithOnTransition, WithObserver, WithStore, WithPolicy). Relations between
 // options (a maximum open timeout not shorter than the open timeout) are
 // checked at New on the settings every selector resolves to.
 func WithPolicy(selector string, opts ...Option) Option {

@@ -59,7 +59,7 @@ func TestReviewOffKeyTakesHints(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newMemStore()
 		log := &transitionLog{}
-		tr := New(newDep(200), WithStore(s), WithOnStateChange(log.hook),
+		tr := New(newDep(200), WithStore(s), onStateChange(log.hook),
 			WithPolicy("off.test", WithMode(ModeOff)))
 		_, _ = get(t, tr, "http://off.test/")
 		s.publish(Hint{Key: "off.test", State: StateOpen, RetryAt: time.Now().Add(time.Minute)})
@@ -99,7 +99,7 @@ func TestReviewLateProbeAfterBoundCounts(t *testing.T) {
 		d := newDep(200)
 		log := &transitionLog{}
 		tr := New(d, WithOpenTimeout(time.Second), WithMaxOpenTimeout(2*time.Second), WithJitter(0),
-			WithProbesToClose(1), WithOnStateChange(log.hook))
+			WithProbesToClose(1), onStateChange(log.hook))
 		tr.Trip(testKey, time.Second)
 		time.Sleep(time.Second)
 		d.mu.Lock()

@@ -228,7 +228,7 @@ func TestSoakFlappingDependency(t *testing.T) {
 		WithWindow(200*time.Millisecond), WithMinRequests(20),
 		WithOpenTimeout(50*time.Millisecond), WithMaxOpenTimeout(200*time.Millisecond), WithJitter(0.2),
 		WithHalfOpenProbes(soakProbes), WithProbesToClose(3),
-		WithOnStateChange(func(key string, from, to State) {
+		onStateChange(func(key string, from, to State) {
 			periods.hook(key, from, to)
 			if from == StateClosed && to == StateOpen {
 				tripsIn[soakPhaseAt(time.Since(start))].Add(1)

@@ -141,11 +141,11 @@ func (t *Transport) take(c *circuit, h Hint) {
 				return
 			}
 		}
-		t.notify(fleetTransition(c.b.trip(t.now(), d)))
+		t.notify(c.b.trip(t.now(), d, true))
 	case h.State == StateOpen:
 		t.notify(c.b.hintOpen(t.now(), time.Until(h.RetryAt), h.Cycles))
 	case h.State == StateClosed && h.Operator:
-		t.notify(fleetTransition(c.b.reset(t.now())))
+		t.notify(c.b.reset(t.now(), true))
 	case h.State == StateClosed:
 		t.notify(c.b.hintClose(t.now()))
 	}

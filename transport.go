@@ -41,11 +41,12 @@ type Transport struct {
 	routes   *routeBreakers           // breakers by pattern and host, under WithRoutes
 	epoch    time.Time                // clock zero: breakers keep time as nanoseconds since epoch
 
-	maxBreakers   int
-	onStateChange func(key string, from, to State)
-	logger        *slog.Logger
-	store         Store
-	member        Member // this Transport's place in store
+	maxBreakers  int
+	onTransition func(Transition)
+	observers    []Observer
+	logger       *slog.Logger
+	store        Store
+	member       Member // this Transport's place in store
 
 	updates, updateErrors atomic.Int64 // Update calls, by result
 
@@ -78,13 +79,14 @@ func New(next http.RoundTripper, opts ...Option) *Transport {
 		next = cleanhttp.DefaultPooledTransport()
 	}
 	t := &Transport{
-		next:          next,
-		keys:          cfg.keys,
-		epoch:         time.Now(),
-		maxBreakers:   cfg.maxBreakers,
-		onStateChange: cfg.onStateChange,
-		logger:        cfg.logger,
-		store:         cfg.store,
+		next:         next,
+		keys:         cfg.keys,
+		epoch:        time.Now(),
+		maxBreakers:  cfg.maxBreakers,
+		onTransition: cfg.onTransition,
+		observers:    cfg.observers,
+		logger:       cfg.logger,
+		store:        cfg.store,
 	}
 	t.policies.Store(ps)
 	t.breakers.init()
@@ -353,22 +355,23 @@ func (t *Transport) Trip(key string, d time.Duration) {
 		return
 	}
 	now := t.now()
-	t.operate(c.b.trip(now, d), Hint{Key: key, State: StateOpen, Operator: true, RetryAt: t.until(now, d)})
+	t.operate(c, c.b.trip(now, d, false), Hint{Key: key, State: StateOpen, Operator: true, RetryAt: t.until(now, d)})
 }
 
 // until is the wall time d after clock time now, or the zero time for a
 // d the clock cannot reach ("until Reset", as the breaker reads it).
 func (t *Transport) until(now int64, d time.Duration) time.Time {
-	if int64(d) >= math.MaxInt64-now { // the breaker's retryAt would be the clock's end
+	at := later(now, d)
+	if at == math.MaxInt64 { // the breaker's retryAt is the clock's end
 		return time.Time{}
 	}
-	return t.epoch.Add(time.Duration(now) + d)
+	return wall(t.epoch, at)
 }
 
 // operate reports the transition of an operator's action, or, when the
 // action changed no state (a Trip of an open breaker, a Reset of a closed
 // one), still tells the fleet, so that every instance does as this one.
-func (t *Transport) operate(tr *transition, h Hint) {
+func (t *Transport) operate(c *circuit, tr *transition, h Hint) {
 	if tr == nil && t.member != nil {
 		t.member.Publish(h)
 	}
@@ -380,7 +383,7 @@ func (t *Transport) operate(tr *transition, h Hint) {
 func (t *Transport) Reset(key string) {
 	key = canonicalHostKey(key)
 	if c := t.breakers.get(key); c != nil {
-		t.operate(c.b.reset(t.now()), Hint{Key: key, State: StateClosed, Operator: true})
+		t.operate(c, c.b.reset(t.now(), false), Hint{Key: key, State: StateClosed, Operator: true})
 	} else if t.member != nil {
 		t.member.Publish(Hint{Key: key, State: StateClosed, Operator: true}) // other instances may have one
 	}

@@ -521,7 +521,7 @@ func TestTripAndReset(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newDep(200)
 		log := &transitionLog{}
-		tr := New(d, WithOnStateChange(log.hook), WithJitter(0.5), WithMaxOpenTimeout(10*time.Second))
+		tr := New(d, onStateChange(log.hook), WithJitter(0.5), WithMaxOpenTimeout(10*time.Second))
 		require.Equal(t, StateClosed, tr.State("never.test"), "unknown key")
 		tr.Trip(testKey, time.Hour) // exactly d: no jitter, no cap
 		require.Equal(t, StateOpen, tr.State(testKey))
@@ -545,7 +545,7 @@ func TestOnStateChangeMayCallBack(t *testing.T) {
 		var tr *Transport
 		var states []State
 		var snaps int
-		tr = New(newDep(500), WithMinRequests(1), WithOnStateChange(func(key string, from, to State) {
+		tr = New(newDep(500), WithMinRequests(1), onStateChange(func(key string, from, to State) {
 			states = append(states, tr.State(key)) // would deadlock under a lock
 			snaps += len(tr.Snapshot())
 			if to == StateOpen {
@@ -579,12 +579,13 @@ func TestLogger(t *testing.T) {
 		require.Len(t, lines, 3)
 		require.Contains(t, lines[0], "level=WARN")
 		require.Contains(t, lines[0], "breaker=api.test")
-		require.Contains(t, lines[0], "failure_rate=1")
-		require.Contains(t, lines[0], "samples=1")
+		require.Contains(t, lines[0], "reason=failure_rate requests=1 failures=1 throttled=0")
 		require.Contains(t, lines[1], "level=INFO")
 		require.Contains(t, lines[1], "to=half-open")
+		require.Contains(t, lines[1], "reason=open_elapsed")
 		require.Contains(t, lines[2], "level=INFO")
 		require.Contains(t, lines[2], "to=closed")
+		require.Contains(t, lines[2], "reason=probes_succeeded requests=2 failures=1 throttled=0")
 	})
 }
 
@@ -644,7 +645,7 @@ func TestEvictedWithCallsInFlightStillTrips(t *testing.T) {
 			return response(req, http.StatusOK, nil), nil
 		})
 		log := &transitionLog{}
-		tr := New(next, WithMaxBreakers(2), WithMinRequests(20), WithJitter(0), WithOnStateChange(log.hook))
+		tr := New(next, WithMaxBreakers(2), WithMinRequests(20), WithJitter(0), onStateChange(log.hook))
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		var wg sync.WaitGroup

@@ -19,7 +19,7 @@ import (
 // breaker; a key switched back from it starts closed.
 //
 // The options that shape the Transport (WithKeyFunc, WithRoutes,
-// WithMaxBreakers, WithMetrics, WithLogger, WithOnStateChange, WithStore)
+// WithMaxBreakers, WithMetrics, WithLogger, WithOnTransition, WithObserver, WithStore)
 // stay as New set them. Passing one, or any invalid value, makes Update
 // return an error naming the option, and then nothing changes.
 //

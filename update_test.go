@@ -123,7 +123,8 @@ func TestUpdateRefusesWhatShapesTheTransport(t *testing.T) {
 		{WithMaxBreakers(5), "WithMaxBreakers"},
 		{WithMetrics(prometheus.NewRegistry()), "WithMetrics"},
 		{WithLogger(slog.Default()), "WithLogger"},
-		{WithOnStateChange(nil), "WithOnStateChange"},
+		{WithOnTransition(nil), "WithOnTransition"},
+		{WithObserver(nopObserver{}), "WithObserver"},
 		{WithStore(&memStore{}), "WithStore"},
 		{WithFailureRate(1.5), "WithFailureRate"},
 		{WithWindow(-time.Second), "WithWindow"},
@@ -215,7 +216,7 @@ func TestUpdateUnderTraffic(t *testing.T) {
 				})}
 		}
 		var transitions atomic.Int64
-		tr := New(next, append(set("a", time.Second, 1000), WithOnStateChange(func(string, State, State) { transitions.Add(1) }))...)
+		tr := New(next, append(set("a", time.Second, 1000), onStateChange(func(string, State, State) { transitions.Add(1) }))...)
 		stop := make(chan struct{})
 		updated := make(chan struct{})
 		go func() {

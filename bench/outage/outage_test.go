@@ -159,7 +159,8 @@ func run(t *testing.T, breaker bool) *report {
 		rt = hb.New(base,
 			hb.WithOpenTimeout(openTimeout),
 			hb.WithHalfOpenProbes(probes),
-			hb.WithOnStateChange(func(_ string, from, to hb.State) {
+			hb.WithOnTransition(func(tr hb.Transition) {
+				from, to := tr.From, tr.To
 				switch {
 				case from == hb.StateClosed && to == hb.StateOpen:
 					if atomic.AddInt64(&r.opens, 1) == 1 {

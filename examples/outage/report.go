@@ -59,7 +59,7 @@ func printTable(w io.Writer, r result) {
 		fmt.Fprintf(w, "load errors: plain %d, httpbreaker %d\n", r.Plain.LoadErrors, r.Breaker.LoadErrors)
 	}
 
-	fmt.Fprintln(w, "\nbreaker transitions (WithOnStateChange), time since start:")
+	fmt.Fprintln(w, "\nbreaker transitions (WithOnTransition), time since start:")
 	if len(r.Breaker.Transitions) == 0 {
 		fmt.Fprintln(w, "  none")
 	}

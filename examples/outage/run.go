@@ -86,7 +86,7 @@ type sample struct {
 	id uint64 // checkout's request number, sent to fraud
 }
 
-// transitionEvent is one breaker transition, as WithOnStateChange reported
+// transitionEvent is one breaker transition, as WithOnTransition reported
 // it.
 type transitionEvent struct {
 	// At is when it happened, from the start of the run.
@@ -228,7 +228,7 @@ func newEnv(cfg config, name string, withBreaker bool, t0 time.Time) (*env, erro
 			httpbreaker.WithWindow(cfg.Window),
 			httpbreaker.WithOpenTimeout(cfg.OpenTimeout),
 			httpbreaker.WithMaxOpenTimeout(cfg.MaxOpenTimeout),
-			httpbreaker.WithOnStateChange(e.noteTransition),
+			httpbreaker.WithOnTransition(e.noteTransition),
 		)
 		rt = e.breaker
 		u, _ := url.Parse(fraudURL)
@@ -254,11 +254,11 @@ func newEnv(cfg config, name string, withBreaker bool, t0 time.Time) (*env, erro
 // since returns the offset of now from the start of the run.
 func (e *env) since() time.Duration { return time.Since(e.t0) }
 
-// noteTransition is the breaker's WithOnStateChange hook.
-func (e *env) noteTransition(_ string, from, to httpbreaker.State) {
+// noteTransition is the breaker's WithOnTransition hook.
+func (e *env) noteTransition(tr httpbreaker.Transition) {
 	at := e.since()
 	e.mu.Lock()
-	e.transitions = append(e.transitions, transitionEvent{At: at, From: from, To: to})
+	e.transitions = append(e.transitions, transitionEvent{At: at, From: tr.From, To: tr.To})
 	e.mu.Unlock()
 }
 

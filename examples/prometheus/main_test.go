@@ -43,7 +43,7 @@ func TestRun(t *testing.T) {
 	require.Equal(t, float64(requests-minRequests), v)
 	v, _ = sample(res.Scrape, "breaker_requests_total", map[string]string{"breaker": res.Healthy, "outcome": "success"})
 	require.Equal(t, float64(requests), v)
-	v, _ = sample(res.Scrape, "breaker_transitions_total", map[string]string{"breaker": res.Failing, "from": "closed", "to": "open"})
+	v, _ = sample(res.Scrape, "breaker_transitions_total", map[string]string{"breaker": res.Failing, "from": "closed", "to": "open", "reason": "failure_rate"})
 	require.Equal(t, 1.0, v)
 
 	// The service degraded instead of failing, and said why.
