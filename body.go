@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"sync/atomic"
+	"time"
 )
 
 // watchable reports whether resp has a body whose end WithBodyErrors
@@ -17,19 +18,20 @@ func watchable(resp *http.Response) bool {
 // under policy p, whose headers the classifier counted as a success, is
 // counted when the body ends (see WithBodyErrors). short is the deadline
 // rule's verdict at admission (see Transport.RoundTrip).
-func (t *Transport) watchBody(req *http.Request, c *circuit, p *policy, tk ticket, short bool, body io.ReadCloser) io.ReadCloser {
-	return &watchedBody{body: body, t: t, c: c, p: p, req: req, tk: tk, short: short}
+func (t *Transport) watchBody(req *http.Request, c *circuit, p *policy, tk ticket, short bool, queued time.Duration, body io.ReadCloser) io.ReadCloser {
+	return &watchedBody{body: body, t: t, c: c, p: p, req: req, tk: tk, short: short, queued: queued}
 }
 
 // watchedBody is a response body whose end counts its call, once.
 type watchedBody struct {
-	body  io.ReadCloser
-	t     *Transport
-	c     *circuit
-	p     *policy
-	req   *http.Request
-	tk    ticket
-	short bool
+	body   io.ReadCloser
+	t      *Transport
+	c      *circuit
+	p      *policy
+	req    *http.Request
+	tk     ticket
+	short  bool
+	queued time.Duration // the call's time in the bulkhead's line, for observers
 
 	closing atomic.Bool // Close has begun: a Read error from now on is Close's doing
 	counted atomic.Bool // the call has been counted
@@ -67,7 +69,13 @@ func (w *watchedBody) count(err error) {
 		return
 	}
 	t, now, o := w.t, w.t.now(), OutcomeIgnored
-	defer func() { t.notify(t.settle(w.c, w.tk, o, now, 0)) }()
+	defer func() {
+		tr := t.settle(w.c, w.tk, o, now, 0)
+		if len(t.observers) > 0 {
+			t.observeCall(w.req.Context(), w.c, w.tk, o, now, w.queued, tr)
+		}
+		t.notify(tr)
+	}()
 	if err == nil {
 		o = OutcomeSuccess
 		return

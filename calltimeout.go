@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"time"
 )
@@ -12,7 +13,11 @@ import (
 // its admission at clock time now, and the context's cancel; or req
 // itself and nil when req's own deadline is earlier.
 func (t *Transport) withCallTimeout(req *http.Request, now int64, d time.Duration) (*http.Request, context.CancelFunc) {
-	deadline := t.epoch.Add(time.Duration(now) + d)
+	at := later(now, d)
+	if at == math.MaxInt64 {
+		return req, nil // a d the clock cannot reach cuts no call
+	}
+	deadline := wall(t.epoch, at)
 	if own, ok := req.Context().Deadline(); ok && !own.After(deadline) {
 		return req, nil
 	}

@@ -46,13 +46,16 @@ type Health struct {
 // body, in logs or in metrics instead: it shows what is degraded without
 // taking anything out of rotation.
 //
+// Breakers in ModeShadow are left out of Open and CriticalOpen alike:
+// they refuse nothing, so they never make a service unready.
+//
 // Health reads every live breaker (see Snapshot); it is meant for a probe
 // every few seconds, not for the request path.
 func (t *Transport) Health(critical ...string) Health {
 	h := Health{Ready: true}
 	for _, s := range t.Snapshot() {
-		if s.State == StateClosed {
-			continue
+		if s.State == StateClosed || s.Mode == ModeShadow {
+			continue // a shadow breaker refuses nothing
 		}
 		h.Open = append(h.Open, s.Key)
 		if slices.Contains(critical, s.Key) {

@@ -292,3 +292,24 @@ func (t *Transport) report(tr *transition) {
 		o.Transition(tr.Transition)
 	}
 }
+
+// observe tells every observer of call c, with the request's context.
+func (t *Transport) observe(ctx context.Context, c Call) {
+	for _, o := range t.observers {
+		o.Call(ctx, c)
+	}
+}
+
+// observeCall tells the observers of the admitted call tk through c,
+// whose outcome o was counted at clock time end after queued in the
+// bulkhead's line, and which caused tr, if not nil.
+func (t *Transport) observeCall(ctx context.Context, c *circuit, tk ticket, o Outcome, end int64, queued time.Duration, tr *transition) {
+	call := Call{Key: c.key(), State: StateClosed, Outcome: o, Duration: time.Duration(end - tk.start), QueueWait: queued}
+	if tk.probe != 0 {
+		call.State = StateHalfOpen
+	}
+	if tr != nil {
+		call.Moved = &tr.Transition
+	}
+	t.observe(ctx, call)
+}

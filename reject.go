@@ -132,11 +132,28 @@ func (t *Transport) reject(req *http.Request, c *circuit, p *policy, reason reje
 	if p.rejectAsError {
 		return nil, err
 	}
-	retry := time.Second
+	return rejection(req, c.retryIn(reason, now)), nil
+}
+
+// retryIn is how long after clock time now a call c refused for reason
+// may be admitted: the rest of the open period, or a second when
+// half-open or for a full bulkhead.
+func (c *circuit) retryIn(reason rejectReason, now int64) time.Duration {
 	if reason == rejectOpen {
-		retry = time.Duration(err.at - now)
+		return time.Duration(c.b.retryAt.Load() - now)
 	}
-	return rejection(req, retry), nil
+	return time.Second
+}
+
+// refusedState is the breaker's state as a refusal for reason shows it.
+func (c *circuit) refusedState(reason rejectReason) State {
+	switch reason {
+	case rejectOpen:
+		return StateOpen
+	case rejectHalfOpen:
+		return StateHalfOpen
+	}
+	return stateOf(c.b.word.Load())
 }
 
 // maxAdvertisedRetry caps the Retry-After of a synthetic 503: a breaker

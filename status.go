@@ -17,6 +17,10 @@ type Status struct {
 	State State
 	// Since is when the breaker entered State.
 	Since time.Time
+	// Reason is the reason of the transition that put the breaker in
+	// State (ReasonTrip after a Trip of an open breaker); zero for a
+	// breaker closed since it was made.
+	Reason Reason
 	// RetryAt is, when open, the time the next probe may go; zero
 	// otherwise.
 	RetryAt time.Time
@@ -94,6 +98,7 @@ func (t *Transport) status(c *circuit, st *stats) Status {
 		Key:       c.key(),
 		State:     st.state,
 		Since:     t.epoch.Add(time.Duration(st.since)),
+		Reason:    st.reason,
 		Requests:  st.window.requests(),
 		Failures:  st.window[OutcomeFailure],
 		Throttled: st.window[OutcomeThrottled],
@@ -111,6 +116,7 @@ type statusJSON struct {
 	Key         string       `json:"key"`
 	State       State        `json:"state"`
 	Since       time.Time    `json:"since"`
+	Reason      Reason       `json:"reason,omitzero"`
 	RetryAt     *time.Time   `json:"retry_at,omitempty"`
 	Requests    int64        `json:"requests"`
 	Failures    int64        `json:"failures"`
@@ -166,7 +172,7 @@ func (t *Transport) StatusHandler() http.Handler {
 		}{Breakers: make([]statusJSON, 0, len(snap))}
 		for _, s := range snap {
 			j := statusJSON{
-				Key: s.Key, State: s.State, Since: s.Since,
+				Key: s.Key, State: s.State, Since: s.Since, Reason: s.Reason,
 				Requests: s.Requests, Failures: s.Failures, Throttled: s.Throttled,
 				FailureRate: s.FailureRate(),
 				Mode:        s.Mode, Settings: newSettingsJSON(s.Settings),

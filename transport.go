@@ -170,13 +170,19 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		return checked(t.next.RoundTrip(req))
 	}
 	b, now := &c.b, t.now()
+	var queued time.Duration // in the bulkhead's waiting line
 	tk, reason, tr := b.admit(now, &p.settings)
 	if reason == rejectBulkhead && p.queue > 0 && p.mode == ModeEnforce {
 		tk, reason, tr, err = t.wait(req, c, p)
+		joined := now
+		now = t.now() // a call timeout starts when the call leaves the line
+		queued = time.Duration(now - joined)
 		if err != nil {
+			if len(t.observers) > 0 {
+				t.observe(req.Context(), Call{Key: c.key(), State: stateOf(b.word.Load()), Outcome: OutcomeIgnored, QueueWait: queued})
+			}
 			return nil, err // the caller's context ended while it waited; g closes the body
 		}
-		now = t.now() // a call timeout starts when the call leaves the line
 	}
 	if reason == admitted {
 		g.b, g.tk = c, tk
@@ -188,6 +194,10 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		t.notify(tr)
 		if p.mode != ModeShadow {
 			c.rejected[reason].Add(1)
+			if len(t.observers) > 0 {
+				t.observe(req.Context(), Call{Key: c.key(), State: c.refusedState(reason), Outcome: OutcomeIgnored,
+					Rejected: reason.String(), QueueWait: queued, RetryAfter: c.retryIn(reason, now)})
+			}
 			closeBody(req) // first: a fallback that panics must not leak it
 			g.unsent = false
 			return t.reject(req, c, p, reason, now)
@@ -196,7 +206,7 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	}
 	short := false
 	if d, ok := req.Context().Deadline(); ok {
-		short = d.Sub(t.epoch)-time.Duration(now) < minBudget
+		short = budget(d, wall(t.epoch, now)) < minBudget
 	}
 	sent, upload := watchUpload(req)
 	if p.callTimeout > 0 {
@@ -209,14 +219,20 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	if g.cancel != nil {
 		resp, err = g.endCallTimeout(sent, resp, err)
 	}
-	if reason != admitted {
+	if reason != admitted { // a shadow breaker's pass
 		g.resp = nil
-		return resp, err // a shadow breaker's pass
+		if len(t.observers) > 0 {
+			end := t.now()
+			o := p.judge(req, p.classify(req, resp, err), err, now, end, short, t.epoch)
+			t.observe(req.Context(), Call{Key: c.key(), State: c.refusedState(reason), Outcome: o,
+				Rejected: reason.String(), Shadow: true, Duration: time.Duration(end - now), QueueWait: queued})
+		}
+		return resp, err
 	}
 
 	o := p.classify(req, resp, err)
 	end := now
-	if o != OutcomeSuccess || p.slowCall > 0 || tk.probe != 0 {
+	if o != OutcomeSuccess || p.slowCall > 0 || tk.probe != 0 || len(t.observers) > 0 {
 		end = t.now() // a probe's end decides whether it outlived the probe bound
 	}
 	o = p.judge(req, o, err, now, end, short, t.epoch)
@@ -227,11 +243,14 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	g.b = nil
 	if o == OutcomeSuccess && p.bodyErrors && watchable(resp) {
 		c.release(tk)
-		resp.Body = t.watchBody(req, c, p, tk, short, resp.Body) // the body's end counts the call
+		resp.Body = t.watchBody(req, c, p, tk, short, queued, resp.Body) // the body's end counts the call
 		tr = nil
 	} else {
 		tr = t.settle(c, tk, o, end, retryAfter(resp, o))
 		c.release(tk) // after the count: a waiter must not take a place the count closed
+		if len(t.observers) > 0 {
+			t.observeCall(req.Context(), c, tk, o, end, queued, tr)
+		}
 	}
 	t.notify(tr)
 	g.resp = nil
