@@ -69,7 +69,7 @@ func newObserver(settings ...Setting) *observer {
 	c := newConfig(settings)
 	m := c.mp.Meter(ScopeName)
 	o := &observer{tracer: c.tp.Tracer(ScopeName)}
-	o.breakers.extra = c.attrs
+	o.breakers.extra, o.breakers.limit = c.attrs, maxTracked
 	var err error
 	o.calls, err = m.Int64Counter(callsName, metric.WithUnit("{call}"),
 		metric.WithDescription("Calls that reached a breaker, by outcome; a refused call's outcome is rejected."))
@@ -116,7 +116,7 @@ func (o *observer) Call(ctx context.Context, c httpbreaker.Call) {
 	}
 	o.calls.Add(ctx, 1, attrs.add...)
 	refused := c.Rejected != "" && !c.Shadow
-	if !refused {
+	if !refused && !leftTheLine(c) {
 		o.callDur.Record(ctx, c.Duration.Seconds(), attrs.record...)
 	}
 	if c.QueueWait > 0 {
@@ -151,6 +151,12 @@ func (o *observer) Call(ctx context.Context, c httpbreaker.Call) {
 	if t := c.Moved; t != nil {
 		span.AddEvent(eventTransition, trace.WithTimestamp(t.At), trace.WithAttributes(transitionAttrs(t, false)...))
 	}
+}
+
+// leftTheLine reports whether c is a call whose context ended while it
+// waited for the bulkhead: never admitted, it has a wait and no duration.
+func leftTheLine(c httpbreaker.Call) bool {
+	return c.Rejected == "" && c.Outcome == httpbreaker.OutcomeIgnored && c.Duration == 0 && c.QueueWait > 0
 }
 
 // labelRejected adds httpbreaker.rejected=true to the attributes otelhttp's

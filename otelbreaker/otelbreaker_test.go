@@ -3,6 +3,7 @@ package otelbreaker
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -263,17 +264,16 @@ func TestQueueWaitIsRecorded(t *testing.T) {
 	})
 }
 
-// With neither provider given, Option reports to the global ones, even
-// when they are set after the Transport is made.
+// With neither provider given, Option reports to the global ones.
 func TestGlobalProvidersServeWhenNoneIsGiven(t *testing.T) {
 	t.Cleanup(func() { // the first global provider set stays the delegate's: leave no-ops behind
 		otel.SetMeterProvider(metricnoop.NewMeterProvider())
 		otel.SetTracerProvider(tracenoop.NewTracerProvider())
 	})
-	bt := httpbreaker.New(newFakeNext(http.StatusOK), Option())
 	tel := newProviders()
 	otel.SetMeterProvider(tel.mp)
 	otel.SetTracerProvider(tel.tp)
+	bt := httpbreaker.New(newFakeNext(http.StatusOK), Option())
 
 	bt.Trip(depKey, time.Minute)
 	rm := tel.collect(t)
@@ -321,5 +321,84 @@ func TestRecordingACallAllocatesNothingOfItsOwn(t *testing.T) {
 	} {
 		o.Call(ctx, c) // the first of a kind makes its attribute sets
 		require.Zero(t, testing.AllocsPerRun(100, func() { o.Call(ctx, c) }), "%+v", c)
+	}
+}
+
+// A waiter whose context ends in the bulkhead's line was never admitted:
+// its wait is in httpbreaker.queue.duration, and it has no call duration.
+func TestAWaiterWhoLeavesTheLineHasAWaitAndNoDuration(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		next := newFakeNext(http.StatusOK)
+		next.hold.Store(true)
+		tel := newTelemetry(t, next, nil, httpbreaker.WithMaxConcurrent(1), httpbreaker.WithQueue(1, time.Minute))
+		var wg sync.WaitGroup
+		wg.Go(func() { tel.get(t) })
+		synctest.Wait()
+		const patience = 200 * time.Millisecond
+		ctx, cancel := context.WithTimeout(context.Background(), patience)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, depURL, nil)
+		require.NoError(t, err)
+		_, err = tel.client.Do(req)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		close(next.release)
+		wg.Wait()
+
+		rm := tel.collect(t)
+		metricdatatest.AssertEqual(t, sum(
+			point(1, breakerAttr, keyOutcome.String("success")),
+			point(1, breakerAttr, keyOutcome.String("ignored")),
+		), metricNamed(t, rm, callsName).Data.(metricdata.Sum[int64]), ignore...)
+		q := metricNamed(t, rm, queueDuration).Data.(metricdata.Histogram[float64]).DataPoints
+		require.Len(t, q, 1)
+		require.Equal(t, set(breakerAttr, keyOutcome.String("ignored")), q[0].Attributes)
+		require.Equal(t, patience.Seconds(), q[0].Sum)
+		d := metricNamed(t, rm, callDuration).Data.(metricdata.Histogram[float64]).DataPoints
+		require.Len(t, d, 1, "only the admitted call has a duration")
+		require.Equal(t, set(breakerAttr, keyOutcome.String("success")), d[0].Attributes)
+	})
+}
+
+// The table of breakers is bounded: full of closed breakers, it forgets
+// them to make room; full of open ones, a new key's calls are still
+// counted, with attributes made for the call, and the gauge leaves it out.
+func TestTheTableOfBreakersIsBounded(t *testing.T) {
+	tel := newProviders()
+	o := newObserver(WithMeterProvider(tel.mp), WithTracerProvider(tel.tp))
+	const limit = 50
+	o.breakers.limit = limit
+	ctx := context.Background()
+	for i := range limit {
+		o.Call(ctx, httpbreaker.Call{Key: "closed-" + strconv.Itoa(i), Outcome: httpbreaker.OutcomeSuccess})
+	}
+	require.EqualValues(t, limit, o.breakers.n.Load())
+	o.Call(ctx, httpbreaker.Call{Key: depKey, Outcome: httpbreaker.OutcomeSuccess})
+	require.EqualValues(t, 1, o.breakers.n.Load(), "the closed breakers were forgotten")
+
+	for i := 1; i < limit; i++ {
+		o.breakers.moved(httpbreaker.Transition{Key: "open-" + strconv.Itoa(i), From: httpbreaker.StateClosed, To: httpbreaker.StateOpen})
+	}
+	o.breakers.moved(httpbreaker.Transition{Key: depKey, From: httpbreaker.StateClosed, To: httpbreaker.StateOpen})
+	require.Nil(t, o.breakers.get("new.test"), "no room: every breaker is open")
+	o.Call(ctx, httpbreaker.Call{Key: "new.test", Outcome: httpbreaker.OutcomeFailure})
+	o.Call(ctx, httpbreaker.Call{Key: "new.test", Outcome: httpbreaker.OutcomeIgnored, Rejected: "half-open", State: httpbreaker.StateHalfOpen})
+
+	rm := tel.collect(t)
+	var failures, refused int64
+	for _, dp := range metricNamed(t, rm, callsName).Data.(metricdata.Sum[int64]).DataPoints {
+		if k, _ := dp.Attributes.Value(keyBreaker); k.AsString() == "new.test" {
+			if r, ok := dp.Attributes.Value(keyReason); ok {
+				require.Equal(t, "half-open", r.AsString())
+				refused += dp.Value
+			} else {
+				failures += dp.Value
+			}
+		}
+	}
+	require.EqualValues(t, 1, failures)
+	require.EqualValues(t, 1, refused)
+	for _, dp := range metricNamed(t, rm, stateName).Data.(metricdata.Gauge[int64]).DataPoints {
+		k, _ := dp.Attributes.Value(keyBreaker)
+		require.NotEqual(t, "new.test", k.AsString())
 	}
 }

@@ -26,6 +26,7 @@ const nOutcomes = int(httpbreaker.OutcomeIgnored) + 1
 // that recording a call allocates nothing of its own.
 type table struct {
 	extra []attribute.KeyValue // WithAttributes
+	limit int64                // maxTracked, or less in tests
 
 	m sync.Map // key string → *breaker
 	n atomic.Int64
@@ -73,7 +74,7 @@ func (t *table) add(key string) *breaker {
 	if v, ok := t.m.Load(key); ok {
 		return v.(*breaker)
 	}
-	if t.n.Load() >= maxTracked {
+	if t.n.Load() >= t.limit {
 		t.m.Range(func(k, v any) bool {
 			if httpbreaker.State(v.(*breaker).state.Load()) == httpbreaker.StateClosed {
 				t.m.Delete(k)
@@ -81,7 +82,7 @@ func (t *table) add(key string) *breaker {
 			}
 			return true
 		})
-		if t.n.Load() >= maxTracked {
+		if t.n.Load() >= t.limit {
 			return nil
 		}
 	}
