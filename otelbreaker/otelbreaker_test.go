@@ -402,3 +402,32 @@ func TestTheTableOfBreakersIsBounded(t *testing.T) {
 		require.NotEqual(t, "new.test", k.AsString())
 	}
 }
+
+// Without otelhttp, the span marked is whichever the request's context
+// holds: the caller's own. (And nothing breaks without one.)
+func TestTheCallersOwnSpanIsMarkedWithoutOtelhttp(t *testing.T) {
+	tel := newTelemetry(t, newFakeNext(http.StatusOK), nil)
+	tel.bt.Trip(depKey, time.Minute)
+	ctx, span := tel.tp.Tracer("app").Start(context.Background(), "checkout")
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, depURL, nil)
+	require.NoError(t, err)
+	resp, err := tel.bt.RoundTrip(req)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	span.End()
+
+	resp, err = tel.bt.RoundTrip(httptestRequest(t)) // no span at all
+	require.NoError(t, err)
+	require.True(t, httpbreaker.IsRejected(resp))
+
+	app := tel.spansNamed("checkout")
+	require.Len(t, app, 1)
+	require.Equal(t, "open", attrs(app[0].Attributes())[string(keyState)])
+	require.Equal(t, "open", events(app[0])[eventRejected][string(keyReason)])
+}
+
+func httptestRequest(t *testing.T) *http.Request {
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, depURL, nil)
+	require.NoError(t, err)
+	return req
+}
