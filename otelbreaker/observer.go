@@ -175,12 +175,9 @@ func labelRejected(ctx context.Context) {
 // Transition records one transition: the counter, the state the gauge
 // reports, and a span of its own.
 func (o *observer) Transition(t httpbreaker.Transition) {
-	b := o.breakers.moved(t)
+	o.breakers.moved(t)
 	attrs := transitionAttrs(&t, true)
 	o.transitions.Add(context.Background(), 1, metric.WithAttributes(append(attrs[:4:4], o.breakers.extra...)...))
-	if b == nil {
-		return
-	}
 	_, span := o.tracer.Start(context.Background(), spanTransition,
 		trace.WithTimestamp(t.At), trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
 	span.End(trace.WithTimestamp(t.At))

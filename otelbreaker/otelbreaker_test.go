@@ -361,7 +361,8 @@ func TestAWaiterWhoLeavesTheLineHasAWaitAndNoDuration(t *testing.T) {
 
 // The table of breakers is bounded: full of closed breakers, it forgets
 // them to make room; full of open ones, a new key's calls are still
-// counted, with attributes made for the call, and the gauge leaves it out.
+// counted, with attributes made for the call, and the gauge leaves it out
+// until a breaker closes and makes room.
 func TestTheTableOfBreakersIsBounded(t *testing.T) {
 	tel := newProviders()
 	o := newObserver(WithMeterProvider(tel.mp), WithTracerProvider(tel.tp))
@@ -382,6 +383,9 @@ func TestTheTableOfBreakersIsBounded(t *testing.T) {
 	require.Nil(t, o.breakers.get("new.test"), "no room: every breaker is open")
 	o.Call(ctx, httpbreaker.Call{Key: "new.test", Outcome: httpbreaker.OutcomeFailure})
 	o.Call(ctx, httpbreaker.Call{Key: "new.test", Outcome: httpbreaker.OutcomeIgnored, Rejected: "half-open", State: httpbreaker.StateHalfOpen})
+
+	o.breakers.moved(httpbreaker.Transition{Key: "open-1", From: httpbreaker.StateHalfOpen, To: httpbreaker.StateClosed})
+	require.NotNil(t, o.breakers.get("newer.test"), "a breaker closed: there is room again")
 
 	rm := tel.collect(t)
 	var failures, refused int64

@@ -30,6 +30,10 @@ type table struct {
 
 	m sync.Map // key string → *breaker
 	n atomic.Int64
+	// full is set when making room found no closed breaker to forget, and
+	// cleared when a breaker closes: until then a new key is not looked
+	// for room again, so no call pays for a sweep that cannot succeed.
+	full atomic.Bool
 	// sweep serializes making room; lookups never take it.
 	sweep sync.Mutex
 }
@@ -69,6 +73,9 @@ func (t *table) get(key string) *breaker {
 }
 
 func (t *table) add(key string) *breaker {
+	if t.full.Load() {
+		return nil
+	}
 	t.sweep.Lock()
 	defer t.sweep.Unlock()
 	if v, ok := t.m.Load(key); ok {
@@ -83,6 +90,7 @@ func (t *table) add(key string) *breaker {
 			return true
 		})
 		if t.n.Load() >= t.limit {
+			t.full.Store(true)
 			return nil
 		}
 	}
@@ -172,15 +180,14 @@ func (b *breaker) call(c httpbreaker.Call) *callAttrs {
 	return a
 }
 
-// moved records that t happened, and returns t's breaker, or nil if the
-// table has no room for it.
-func (t *table) moved(tr httpbreaker.Transition) *breaker {
-	b := t.get(tr.Key)
-	if b == nil {
-		return nil
+// moved records that tr happened, if the table has room for its key.
+func (t *table) moved(tr httpbreaker.Transition) {
+	if b := t.get(tr.Key); b != nil {
+		b.state.Store(int32(tr.To))
 	}
-	b.state.Store(int32(tr.To))
-	return b
+	if tr.To == httpbreaker.StateClosed {
+		t.full.Store(false) // there may be room again
+	}
 }
 
 // observe reports every remembered breaker's state.
