@@ -46,6 +46,14 @@ func BenchmarkClosed(b *testing.B) {
 		defer cancel()
 		benchRoundTrip(b, New(newStub()), req.WithContext(ctx))
 	})
+	b.Run("observer", func(b *testing.B) {
+		// An observer that does nothing: the seam's own cost.
+		benchRoundTrip(b, New(newStub(), WithObserver(nopObserver{})), req)
+	})
+	b.Run("retry-budget", func(b *testing.B) {
+		// A first attempt under a budget: three header reads and one count.
+		benchRoundTrip(b, New(newStub(), WithRetryBudget(0.2, 10)), req)
+	})
 	b.Run("slow-call-threshold", func(b *testing.B) {
 		benchRoundTrip(b, New(newStub(), WithSlowCallThreshold(time.Second)), req)
 	})

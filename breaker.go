@@ -63,6 +63,8 @@ type settings struct {
 	probesToClose   int64         // consecutive probe successes that close
 	throttleSustain time.Duration // how long 429s must make up the rate to count
 	maxConcurrent   int64         // bulkhead: calls in flight; 0: unlimited
+
+	retryRatio, retryMinPerSecond float64 // the retry budget; both 0: none
 }
 
 // defaultSettings returns the defaults, which follow Hystrix's where
@@ -100,6 +102,7 @@ const (
 	rejectOpen
 	rejectHalfOpen
 	rejectBulkhead
+	rejectRetryBudget
 	numReasons
 )
 
@@ -112,6 +115,8 @@ func (r rejectReason) String() string {
 		return "half-open"
 	case rejectBulkhead:
 		return "bulkhead"
+	case rejectRetryBudget:
+		return "retry_budget"
 	}
 	return "admitted"
 }
@@ -186,6 +191,9 @@ type breaker struct {
 	// win is the rolling window; a new one when the window's length
 	// changes (see configure).
 	win atomic.Pointer[window]
+	// budget counts first attempts and retries for the retry budget, in a
+	// window of the same length; made on first use (see budgetWindow).
+	budget atomic.Pointer[window]
 
 	// cfg is the breaker's current settings, for what no call carries
 	// (State, Snapshot, time-driven transitions).
@@ -255,6 +263,7 @@ func (b *breaker) configure(s *settings) {
 		w.init(int64(s.window))
 		w.retired = b.window().totals()
 		b.win.Store(w)
+		b.budget.Store(nil) // made afresh, of the new length, on first use
 	}
 }
 

@@ -117,7 +117,7 @@ func TestScrapeOverHTTP(t *testing.T) {
 	}
 	require.Regexp(t, `(?m)^breaker_open_seconds_total\{breaker="open.test"\} \S+$`, text)
 	// Every series of the four breakers is there: 3 states, 4 outcomes,
-	// 3 rejection reasons, 14 possible transitions with their reasons, 1
+	// 4 rejection reasons, 14 possible transitions with their reasons, 1
 	// open time and 4 probe results each.
 	series := 0
 	for line := range strings.Lines(text) {
@@ -125,7 +125,7 @@ func TestScrapeOverHTTP(t *testing.T) {
 			series++
 		}
 	}
-	require.Equal(t, 4*(3+4+3+numTransitionKinds+1+4), series)
+	require.Equal(t, 4*(3+4+4+numTransitionKinds+1+4), series)
 	require.Equal(t, 14, numTransitionKinds)
 }
 
@@ -284,7 +284,7 @@ func TestAlertRulesMatchTheExposition(t *testing.T) {
 			require.Regexp(t, `(?m)^`+series, exposition, "no series for %s", sel[0])
 		}
 	}
-	require.Equal(t, 5, exprs, "selectors in the rules")
+	require.Equal(t, 8, exprs, "selectors in the rules")
 }
 
 // TestScrapeNeverShowsMoreThanTheCap: during a flood of new hosts that

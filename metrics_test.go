@@ -43,6 +43,7 @@ breaker_requests_total{breaker="api.test",outcome="throttled"} 1
 breaker_rejections_total{breaker="api.test",reason="bulkhead"} 0
 breaker_rejections_total{breaker="api.test",reason="half-open"} 0
 breaker_rejections_total{breaker="api.test",reason="open"} 1
+breaker_rejections_total{breaker="api.test",reason="retry_budget"} 0
 # HELP breaker_open_seconds_total Time the breaker has spent open, in seconds.
 # TYPE breaker_open_seconds_total counter
 breaker_open_seconds_total{breaker="api.test"} 1

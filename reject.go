@@ -19,7 +19,8 @@ var ErrBulkheadFull = errors.New("httpbreaker: too many concurrent requests")
 
 // RejectedError is the error of a refused request: returned by RoundTrip
 // under WithRejectAsError and passed to the fallback of WithFallback. It
-// wraps ErrOpen, and ErrBulkheadFull for a bulkhead rejection. Its message
+// wraps ErrOpen, and ErrBulkheadFull for a bulkhead rejection or
+// ErrRetryBudget for a retry over its budget. Its message
 // names the breaker's key: log it, but do not send it to public clients.
 type RejectedError struct {
 	// Key is the key of the breaker that refused the request.
@@ -34,8 +35,8 @@ type RejectedError struct {
 	// full bulkhead.
 	RetryAt time.Time
 
-	bulkhead bool
-	at       int64 // the breaker's retryAt clock this error was made for
+	cause error // ErrBulkheadFull or ErrRetryBudget; nil when refused by state
+	at    int64 // the breaker's retryAt clock this error was made for
 }
 
 // RetryAfter returns how long from now until RetryAt, or 0 if it has
@@ -44,16 +45,14 @@ func (e *RejectedError) RetryAfter() time.Duration {
 	return max(time.Until(e.RetryAt), 0)
 }
 
-var (
-	openErrs     = []error{ErrOpen}
-	bulkheadErrs = []error{ErrOpen, ErrBulkheadFull}
-)
-
 // Error describes the rejection, naming the key. The RejectedErrors of one
 // open period are one shared value: do not modify one.
 func (e *RejectedError) Error() string {
-	if e.bulkhead {
+	switch e.cause {
+	case ErrBulkheadFull:
 		return "httpbreaker: too many concurrent requests for " + e.Key
+	case ErrRetryBudget:
+		return "httpbreaker: retry budget exhausted for " + e.Key
 	}
 	return "httpbreaker: circuit " + e.State.String() + " for " + e.Key + " (retry after " + e.RetryAfter().Round(time.Millisecond).String() + ")"
 }
@@ -65,12 +64,13 @@ func (e *RejectedError) Error() string {
 // attempt, in microseconds, through every AWS client.
 func (e *RejectedError) RetryableError() bool { return false }
 
-// Unwrap returns ErrOpen, and ErrBulkheadFull for a bulkhead rejection.
+// Unwrap returns ErrOpen, and ErrBulkheadFull for a bulkhead rejection or
+// ErrRetryBudget for a retry over its budget.
 func (e *RejectedError) Unwrap() []error {
-	if e.bulkhead {
-		return bulkheadErrs
+	if e.cause != nil {
+		return []error{ErrOpen, e.cause}
 	}
-	return openErrs
+	return []error{ErrOpen}
 }
 
 // rejectBody is the body of every synthetic 503. It names nothing
@@ -204,13 +204,17 @@ func (t *Transport) rejectedError(c *circuit, reason rejectReason, now int64) *R
 		if e := c.openErr.Load(); e != nil && e.at == ra {
 			return e
 		}
-		e := &RejectedError{Key: c.key(), State: StateOpen, RetryAt: t.epoch.Add(time.Duration(ra)), at: ra}
+		e := &RejectedError{Key: c.key(), State: StateOpen, RetryAt: wall(t.epoch, ra), at: ra}
 		c.openErr.Store(e)
 		return e
-	case rejectBulkhead:
-		return &RejectedError{Key: c.key(), State: stateOf(c.b.word.Load()), RetryAt: t.epoch.Add(time.Duration(now) + time.Second), bulkhead: true}
+	case rejectBulkhead, rejectRetryBudget:
+		cause := ErrBulkheadFull
+		if reason == rejectRetryBudget {
+			cause = ErrRetryBudget
+		}
+		return &RejectedError{Key: c.key(), State: stateOf(c.b.word.Load()), RetryAt: wall(t.epoch, later(now, time.Second)), cause: cause}
 	}
-	return &RejectedError{Key: c.key(), State: StateHalfOpen, RetryAt: t.epoch.Add(time.Duration(now) + time.Second)}
+	return &RejectedError{Key: c.key(), State: StateHalfOpen, RetryAt: wall(t.epoch, later(now, time.Second))}
 }
 
 // rejectReader is the body of a synthetic 503.

@@ -171,7 +171,15 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	}
 	b, now := &c.b, t.now()
 	var queued time.Duration // in the bulkhead's waiting line
-	tk, reason, tr := b.admit(now, &p.settings)
+	var tk ticket
+	var tr *transition
+	reason := admitted
+	retry := p.budgeted() && isRetry(req)
+	if retry && stateOf(b.word.Load()) == StateClosed && !b.allowRetry(now, &p.settings) {
+		reason = rejectRetryBudget // an open or half-open breaker refuses as it always does
+	} else {
+		tk, reason, tr = b.admit(now, &p.settings)
+	}
 	if reason == rejectBulkhead && p.queue > 0 && p.mode == ModeEnforce {
 		tk, reason, tr, err = t.wait(req, c, p)
 		joined := now
@@ -186,6 +194,9 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	}
 	if reason == admitted {
 		g.b, g.tk = c, tk
+		if p.budgeted() && tk.probe == 0 {
+			b.spend(now, retry) // only admitted first attempts earn allowance
+		}
 		t.notify(tr)
 	} else {
 		if p.queue > 0 {

@@ -1,0 +1,210 @@
+package httpbreaker
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+)
+
+// attempt sends one GET through rt, a retry when retry is set, and
+// returns the response (closed) and error.
+func attempt(t *testing.T, rt http.RoundTripper, retry bool) (*http.Response, error) {
+	t.Helper()
+	ctx := context.Background()
+	if retry {
+		ctx = MarkRetry(ctx)
+	}
+	return getCtx(t, ctx, rt, testURL)
+}
+
+func TestRetryBudgetArithmetic(t *testing.T) {
+	// Window 10s; a retry is admitted while retries+1 ≤
+	// floor(ratio × first attempts + minPerSecond × 10).
+	for _, tc := range []struct {
+		name          string
+		ratio, floor  float64
+		firsts, tries int // first attempts, then retries, all at once
+		admitted      int // of the retries
+	}{
+		{"ratio only", 0.2, 0, 10, 5, 2},
+		{"floor only", 0, 0.3, 0, 5, 3},
+		{"both", 0.1, 0.1, 10, 5, 2},
+		{"fraction rounds down", 0.25, 0, 7, 5, 1},
+		{"nothing earned", 0.5, 0, 1, 3, 0},
+		{"generous", 1, 0, 4, 4, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				d := newDep(200)
+				tr := New(d, WithRetryBudget(tc.ratio, tc.floor))
+				for range tc.firsts {
+					resp, err := attempt(t, tr, false)
+					require.NoError(t, err)
+					require.False(t, IsRejected(resp), "a first attempt is never refused by the budget")
+				}
+				admitted := 0
+				for range tc.tries {
+					resp, err := attempt(t, tr, true)
+					require.NoError(t, err)
+					if !IsRejected(resp) {
+						admitted++
+					}
+				}
+				require.Equal(t, tc.admitted, admitted)
+				require.EqualValues(t, tc.firsts+tc.admitted, d.calls.Load(), "refused retries never reach next")
+			})
+		})
+	}
+}
+
+func TestRetryBudgetRollsWithTheWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(200)
+		tr := New(d, WithRetryBudget(0.5, 0), WithWindow(10*time.Second))
+		for range 4 {
+			_, _ = attempt(t, tr, false)
+		}
+		ok := func() bool { resp, _ := attempt(t, tr, true); return !IsRejected(resp) }
+		require.True(t, ok())
+		require.True(t, ok())
+		require.False(t, ok(), "2 of 4 × 0.5 spent")
+		time.Sleep(11 * time.Second) // the window has moved on: nothing earned, nothing spent
+		require.False(t, ok())
+		_, _ = attempt(t, tr, false)
+		_, _ = attempt(t, tr, false)
+		require.True(t, ok())
+		// Refused retries count for nothing in the breaker's window.
+		st := tr.Snapshot()[0]
+		require.EqualValues(t, 3, st.Requests)
+	})
+}
+
+func TestRetryBudgetRecognisesSDKRetries(t *testing.T) {
+	for _, tc := range []struct {
+		header, value string
+		retry         bool
+	}{
+		{"amz-sdk-request", "attempt=1; max=3", false},
+		{"amz-sdk-request", "attempt=2; max=3", true},
+		{"amz-sdk-request", "max=3; attempt=3", true},
+		{"amz-sdk-request", "attempt=; max=3", false},
+		{"amz-sdk-request", "attempt=99999999999999999999999", false},
+		{"amz-sdk-request", "attempt=-2", false},
+		{"amz-sdk-request", "garbage", false},
+		{"X-Stainless-Retry-Count", "0", false},
+		{"X-Stainless-Retry-Count", "1", true},
+		{"X-Stainless-Retry-Count", " 2 ", true},
+		{"X-Stainless-Retry-Count", "1e3", false},
+		{"X-Stainless-Retry-Count", "184467440737095516160", false},
+		{"X-Stainless-Retry-Count", "", false},
+		{"X-Other", "1", false},
+	} {
+		req := mustReq(t, testURL)
+		req.Header.Set(tc.header, tc.value)
+		require.Equal(t, tc.retry, isRetry(req), "%s: %q", tc.header, tc.value)
+	}
+	req := mustReq(t, testURL)
+	require.False(t, isRetry(req))
+	require.True(t, isRetry(req.WithContext(MarkRetry(req.Context()))))
+
+	// PrepareRetry marks the copy it is given, which go-retryablehttp
+	// makes for each retry.
+	cp := *req
+	require.NoError(t, PrepareRetry(&cp))
+	require.True(t, isRetry(&cp))
+	require.False(t, isRetry(req), "the original is untouched")
+}
+
+func TestRetryBudgetRefusal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := prometheus.NewPedanticRegistry()
+		d := newDep(200)
+		tr := New(d, WithRetryBudget(0, 0.1), WithMetrics(reg)) // 1 retry per 10s window
+		_, _ = attempt(t, tr, true)
+		resp, err := attempt(t, tr, true)
+		require.NoError(t, err)
+		require.True(t, IsRejected(resp))
+		require.Equal(t, "1", resp.Header.Get("Retry-After"))
+		require.Equal(t, "false", resp.Header.Get("X-Should-Retry"))
+		require.Equal(t, 1.0, gaugeValue(t, reg, "breaker_rejections_total", `reason="retry_budget"`))
+
+		te := New(d, WithRetryBudget(0, 0.1), WithRejectAsError())
+		_, _ = attempt(t, te, true)
+		_, err = attempt(t, te, true)
+		require.ErrorIs(t, err, ErrOpen)
+		require.ErrorIs(t, err, ErrRetryBudget)
+		require.False(t, errors.Is(err, ErrBulkheadFull))
+		var rej *RejectedError
+		require.ErrorAs(t, err, &rej)
+		require.Equal(t, StateClosed, rej.State)
+		require.Contains(t, rej.Error(), "retry budget")
+
+		var got error
+		tf := New(d, WithRetryBudget(0, 0.1), WithFallback(func(_ *http.Request, err error) (*http.Response, error) {
+			got = err
+			return nil, nil
+		}))
+		_, _ = attempt(t, tf, true)
+		resp, err = attempt(t, tf, true)
+		require.NoError(t, err)
+		require.True(t, IsRejected(resp))
+		require.ErrorIs(t, got, ErrRetryBudget, "the fallback sees the budget refusal")
+	})
+}
+
+func TestRetryBudgetAfterTheState(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(500)
+		tr := tripped(t, d, WithRetryBudget(10, 10), WithRejectAsError())
+		_, err := attempt(t, tr, true)
+		require.ErrorIs(t, err, ErrOpen)
+		require.False(t, errors.Is(err, ErrRetryBudget), "an open breaker refuses as open, retries included")
+	})
+}
+
+func TestRetryBudgetShadow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := prometheus.NewPedanticRegistry()
+		d := newDep(200)
+		tr := New(d, WithRetryBudget(0, 0.1), WithMode(ModeShadow), WithMetrics(reg))
+		_, _ = attempt(t, tr, true)
+		resp, err := attempt(t, tr, true)
+		require.NoError(t, err)
+		require.False(t, IsRejected(resp), "shadow refuses nothing")
+		require.EqualValues(t, 2, d.calls.Load())
+		require.Equal(t, 1.0, gaugeValue(t, reg, "breaker_shadow_rejections_total", `reason="retry_budget"`))
+		require.Equal(t, 0.0, gaugeValue(t, reg, "breaker_rejections_total", `reason="retry_budget"`))
+	})
+}
+
+func TestRetryBudgetPolicyAndUpdate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(200)
+		tr := New(d, WithRetryBudget(0, 0.1), WithPolicy("api.test", WithRetryBudget(0, 0)))
+		for range 3 {
+			resp, _ := attempt(t, tr, true)
+			require.False(t, IsRejected(resp), "the policy turned the budget off")
+		}
+		require.Error(t, tr.Update(WithRetryBudget(-1, 0)))
+		require.Error(t, tr.Update(WithRetryBudget(0, 1/zero())))
+
+		// Update keeps what the budget has counted.
+		tu := New(d, WithRetryBudget(0.5, 0))
+		for range 2 {
+			_, _ = attempt(t, tu, false)
+		}
+		require.NoError(t, tu.Update(WithRetryBudget(0.5, 0)))
+		resp, _ := attempt(t, tu, true)
+		require.False(t, IsRejected(resp), "first attempts earned before the Update still count")
+		resp, _ = attempt(t, tu, true)
+		require.True(t, IsRejected(resp))
+	})
+}
+
+func zero() float64 { return 0 }

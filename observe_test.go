@@ -1,0 +1,290 @@
+package httpbreaker
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// recorder is an Observer (and a WithOnTransition hook) that keeps what it
+// is told.
+type recorder struct {
+	mu    sync.Mutex
+	trs   []Transition
+	calls []Call
+	ctxs  []context.Context
+}
+
+func (r *recorder) Transition(tr Transition) { r.mu.Lock(); r.trs = append(r.trs, tr); r.mu.Unlock() }
+func (r *recorder) Call(ctx context.Context, c Call) {
+	r.mu.Lock()
+	r.calls = append(r.calls, c)
+	r.ctxs = append(r.ctxs, ctx)
+	r.mu.Unlock()
+}
+func (r *recorder) transitions() []Transition {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.trs)
+}
+func (r *recorder) allCalls() []Call {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.calls)
+}
+
+// TestTransitionReasonsCountsAndTimes walks one breaker through every
+// reason the machine itself produces, and checks each transition's
+// reason, counts, OpenFor and At exactly.
+func TestTransitionReasonsCountsAndTimes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		d := newDep(200)
+		start := time.Now()
+		tr := New(d, WithMinRequests(4), WithJitter(0), WithOpenTimeout(time.Second),
+			WithMaxOpenTimeout(8*time.Second), WithProbesToClose(1), WithOnTransition(rec.Transition))
+		for range 2 {
+			_, _ = get(t, tr, testURL)
+		}
+		d.set(500, nil)
+		for range 2 {
+			_, _ = get(t, tr, testURL) // 2 of 4 fail: 0.5, the rate
+		}
+		time.Sleep(time.Second)    // the open period ends: open_elapsed, due at 1s
+		time.Sleep(time.Second)    // noticed a second later
+		_, _ = get(t, tr, testURL) // the probe fails: probe_failed, backed off to 2s
+		time.Sleep(2 * time.Second)
+		d.set(200, nil)
+		_, _ = get(t, tr, testURL) // probes_succeeded
+
+		got := rec.transitions()
+		require.Len(t, got, 5)
+		want := []struct {
+			from, to State
+			reason   Reason
+			at       time.Duration
+			counts   Counts
+			openFor  time.Duration
+		}{
+			{StateClosed, StateOpen, ReasonFailureRate, 0, Counts{4, 2, 0}, time.Second},
+			{StateOpen, StateHalfOpen, ReasonOpenElapsed, time.Second, Counts{4, 2, 0}, 0},
+			{StateHalfOpen, StateOpen, ReasonProbeFailed, 2 * time.Second, Counts{5, 3, 0}, 2 * time.Second},
+			{StateOpen, StateHalfOpen, ReasonOpenElapsed, 4 * time.Second, Counts{5, 3, 0}, 0},
+			{StateHalfOpen, StateClosed, ReasonProbesSucceeded, 4 * time.Second, Counts{6, 3, 0}, 0},
+		}
+		for i, w := range want {
+			g := got[i]
+			require.Equal(t, testKey, g.Key, "%d", i)
+			require.Equal(t, [2]State{w.from, w.to}, [2]State{g.From, g.To}, "%d", i)
+			require.Equal(t, w.reason, g.Reason, "%d", i)
+			require.Equal(t, w.at, g.At.Sub(start), "%d: At", i)
+			require.Equal(t, w.counts, g.Counts, "%d: counts", i)
+			require.Equal(t, w.openFor, g.OpenFor, "%d: OpenFor", i)
+		}
+		require.Equal(t, ReasonProbesSucceeded, tr.Snapshot()[0].Reason)
+	})
+}
+
+func TestTransitionReasonThrottledAndProbeTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		d := newDep(429)
+		tr := New(d, WithMinRequests(2), WithJitter(0), WithOpenTimeout(time.Second),
+			WithMaxOpenTimeout(4*time.Second), WithThrottleSustain(time.Second), WithObserver(rec))
+		_, _ = get(t, tr, testURL)
+		_, _ = get(t, tr, testURL)
+		time.Sleep(time.Second)
+		_, _ = get(t, tr, testURL) // 429s made up the rate for the sustain period
+		require.Equal(t, StateOpen, tr.State(testKey))
+		time.Sleep(time.Second)
+		d.hangUntilDone()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() { _, _ = getCtx(t, ctx, tr, testURL) }() // a probe that hangs
+		synctest.Wait()
+		time.Sleep(4 * time.Second) // past the probe bound
+		require.Equal(t, StateOpen, tr.State(testKey))
+		got := rec.transitions()
+		require.Len(t, got, 3)
+		require.Equal(t, ReasonThrottled, got[0].Reason)
+		require.Equal(t, Counts{3, 0, 3}, got[0].Counts)
+		require.Equal(t, ReasonOpenElapsed, got[1].Reason)
+		require.Equal(t, ReasonProbeTimeout, got[2].Reason)
+		require.Equal(t, got[1].At.Add(4*time.Second), got[2].At, "at the bound, not when noticed")
+		require.Equal(t, 2*time.Second, got[2].OpenFor, "backed off")
+		cancel()
+		synctest.Wait()
+	})
+}
+
+func TestTransitionReasonsOfOperatorsAndTheFleet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newMemStore()
+		here, there := &recorder{}, &recorder{}
+		a := New(newDep(200), WithStore(s), WithObserver(here), WithJitter(0))
+		b := New(newDep(200), WithStore(s), WithObserver(there), WithJitter(0))
+		_, _ = get(t, a, testURL)
+		_, _ = get(t, b, testURL)
+
+		a.Trip(testKey, time.Minute)
+		a.Trip(testKey, 2*time.Minute) // already open: no transition, the reason stays trip
+		a.Reset(testKey)
+		require.Equal(t, []Reason{ReasonTrip, ReasonReset}, reasons(here.transitions()))
+		require.Equal(t, []Reason{ReasonTrip, ReasonReset}, reasons(there.transitions()), "the other instance took the operator's hints")
+		require.Equal(t, time.Minute, here.transitions()[0].OpenFor)
+
+		a.Trip(testKey, time.Duration(1<<63-1))
+		require.Zero(t, here.transitions()[2].OpenFor, "until Reset")
+		require.Equal(t, ReasonTrip, a.Snapshot()[0].Reason)
+		a.Reset(testKey)
+
+		// An ordinary open hint from the fleet.
+		s.publish(Hint{Key: testKey, State: StateOpen, RetryAt: time.Now().Add(3 * time.Second)})
+		last := there.transitions()[len(there.transitions())-1]
+		require.Equal(t, ReasonFleet, last.Reason)
+		require.Equal(t, 3*time.Second, last.OpenFor, "the time to the hint's RetryAt")
+		require.Equal(t, ReasonFleet, b.Snapshot()[0].Reason)
+		s.publish(Hint{Key: testKey, State: StateClosed})
+		last = there.transitions()[len(there.transitions())-1]
+		require.Equal(t, [3]any{StateOpen, StateClosed, ReasonFleet}, [3]any{last.From, last.To, last.Reason})
+	})
+}
+
+func reasons(trs []Transition) []Reason {
+	var out []Reason
+	for _, tr := range trs {
+		out = append(out, tr.Reason)
+	}
+	return out
+}
+
+// TestTransitionsInOrderPerKeyNeverOverlapping has many goroutines move
+// one breaker at once: its hook and observer see its transitions one at a
+// time, each starting where the last ended.
+func TestTransitionsInOrderPerKeyNeverOverlapping(t *testing.T) {
+	var busy, overlaps atomic.Int32
+	var mu sync.Mutex
+	var seq []Transition
+	hook := func(tr Transition) {
+		if busy.Add(1) != 1 {
+			overlaps.Add(1)
+		}
+		mu.Lock()
+		seq = append(seq, tr)
+		mu.Unlock()
+		time.Sleep(50 * time.Microsecond) // widen the window for an overlap
+		busy.Add(-1)
+	}
+	var n atomic.Int64
+	next := rtFunc(func(r *http.Request) (*http.Response, error) {
+		if n.Add(1)%3 == 0 {
+			return response(r, 200, nil), nil
+		}
+		return response(r, 500, nil), nil
+	})
+	tr := New(next, WithMinRequests(2), WithJitter(0), WithOpenTimeout(time.Millisecond),
+		WithProbesToClose(1), WithHalfOpenProbes(4), WithOnTransition(hook))
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 300 {
+				_, _ = get(t, tr, testURL)
+			}
+		})
+	}
+	wg.Wait()
+	require.Zero(t, overlaps.Load(), "hooks for one key ran at the same time")
+	require.Greater(t, len(seq), 3)
+	for i := 1; i < len(seq); i++ {
+		require.Equal(t, seq[i-1].To, seq[i].From, "transition %d starts where %d ended", i, i-1)
+		require.False(t, seq[i].At.Before(seq[i-1].At), "transition %d comes after %d", i, i-1)
+	}
+}
+
+func TestObserverToldOfEveryCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec, also := &recorder{}, &recorder{}
+		d := newDep(200)
+		d.delay = 30 * time.Millisecond
+		tr := New(d, WithMinRequests(1), WithJitter(0), WithOpenTimeout(2*time.Second), WithObserver(rec), WithObserver(also))
+		type key struct{}
+		ctx := context.WithValue(context.Background(), key{}, "mine")
+		_, _ = getCtx(t, ctx, tr, testURL)
+		d.set(500, nil)
+		_, _ = get(t, tr, testURL) // trips
+		_, _ = get(t, tr, testURL) // refused
+
+		calls := rec.allCalls()
+		require.Len(t, calls, 3)
+		require.Equal(t, Call{Key: testKey, State: StateClosed, Outcome: OutcomeSuccess, Duration: 30 * time.Millisecond}, calls[0])
+		require.Equal(t, "mine", rec.ctxs[0].Value(key{}), "the request's context")
+		require.NotNil(t, calls[1].Moved)
+		require.Equal(t, ReasonFailureRate, calls[1].Moved.Reason)
+		require.Equal(t, OutcomeFailure, calls[1].Outcome)
+		require.Equal(t, Call{Key: testKey, State: StateOpen, Outcome: OutcomeIgnored, Rejected: "open",
+			RetryAfter: 2 * time.Second}, calls[2]) // the refusal came at the instant of the trip
+		require.Equal(t, calls, also.allCalls(), "every observer is told everything")
+	})
+}
+
+func TestObserverToldOfShadowQueueAndBodyCalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		d := newDep(500)
+		tr := New(d, WithMinRequests(1), WithJitter(0), WithMode(ModeShadow), WithObserver(rec))
+		_, _ = get(t, tr, testURL) // trips, in shadow
+		_, _ = get(t, tr, testURL) // would be refused: goes through
+		calls := rec.allCalls()
+		require.Len(t, calls, 2)
+		require.Equal(t, Call{Key: testKey, State: StateOpen, Outcome: OutcomeFailure, Rejected: "open", Shadow: true}, calls[1])
+
+		// A waiter in the bulkhead's line, then a waiter refused after maxWait.
+		rec = &recorder{}
+		q := newDep(200)
+		q.block()
+		tq := New(q, WithMaxConcurrent(1), WithQueue(1, time.Second), WithObserver(rec))
+		go func() { _, _ = get(t, tq, testURL) }()
+		synctest.Wait()
+		_, _ = get(t, tq, testURL) // waits its whole second, refused
+		q.release()
+		synctest.Wait()
+		calls = rec.allCalls()
+		require.Len(t, calls, 2)
+		require.Equal(t, Call{Key: testKey, State: StateClosed, Outcome: OutcomeIgnored, Rejected: "bulkhead",
+			QueueWait: time.Second, RetryAfter: time.Second}, calls[0])
+		require.Equal(t, OutcomeSuccess, calls[1].Outcome)
+
+		// Under WithBodyErrors a call is told of at its body's end.
+		rec = &recorder{}
+		tb := New(newDep(200), WithBodyErrors(), WithObserver(rec))
+		resp, err := tb.RoundTrip(mustReq(t, testURL))
+		require.NoError(t, err)
+		require.Empty(t, rec.allCalls(), "not before the body ends")
+		time.Sleep(time.Second)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, []Call{{Key: testKey, State: StateClosed, Outcome: OutcomeSuccess, Duration: time.Second}}, rec.allCalls())
+	})
+}
+
+func TestReasonText(t *testing.T) {
+	want := []string{"", "failure_rate", "throttled", "open_elapsed", "probe_failed", "probe_timeout",
+		"probes_succeeded", "trip", "reset", "fleet"}
+	for r := Reason(0); r < numReasonValues; r++ {
+		require.Equal(t, want[r], r.String())
+		b, err := r.MarshalText()
+		require.NoError(t, err)
+		require.Equal(t, want[r], string(b))
+	}
+	require.Equal(t, "Reason(42)", Reason(42).String())
+	for _, k := range transitionKinds {
+		require.Equal(t, k, transitionKinds[transitionKind(k.from, k.to, k.reason)])
+	}
+	require.Equal(t, -1, transitionKind(StateClosed, StateHalfOpen, ReasonTrip))
+}
