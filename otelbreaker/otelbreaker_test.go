@@ -435,3 +435,19 @@ func httptestRequest(t *testing.T) *http.Request {
 	require.NoError(t, err)
 	return req
 }
+
+// A refusal returned as an error (WithRejectAsError) is labelled in
+// otelhttp's histogram too, and its span has the event.
+func TestARefusalAsAnErrorIsLabelledToo(t *testing.T) {
+	tel := newTelemetry(t, newFakeNext(http.StatusOK), nil, httpbreaker.WithRejectAsError())
+	tel.bt.Trip(depKey, time.Minute)
+	_, err := tel.client.Do(httptestRequest(t))
+	require.ErrorIs(t, err, httpbreaker.ErrOpen)
+
+	rm := tel.collect(t)
+	pts := metricNamed(t, rm, "http.client.request.duration").Data.(metricdata.Histogram[float64]).DataPoints
+	require.Len(t, pts, 1)
+	v, ok := pts[0].Attributes.Value(keyRejected)
+	require.True(t, ok && v.AsBool(), "%v", pts[0].Attributes)
+	require.Contains(t, events(tel.clientSpans()[0]), eventRejected)
+}
