@@ -590,6 +590,40 @@ func TestUpdateOpenTimeoutAppliesToTripByCallAdmittedBefore(t *testing.T) {
 	})
 }
 
+// TestUpdateOpenTimeoutAppliesToReopenByProbeAdmittedBefore: the open
+// period after a failed probe is the open timeout the breaker holds when
+// the probe's outcome arrives, backed off, even for a probe admitted
+// before the Update.
+func TestUpdateOpenTimeoutAppliesToReopenByProbeAdmittedBefore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(http.StatusInternalServerError)
+		tr := tripped(t, d) // open for 1s
+		time.Sleep(time.Second)
+		done := inFlight(t, tr, d) // the probe
+		require.NoError(t, tr.Update(WithMinRequests(1), WithJitter(0), WithOpenTimeout(10*time.Second)))
+		d.release()
+		require.NoError(t, <-done)
+		require.Equal(t, 20*time.Second, openFor(t, tr), "the new 10s, doubled for the failed probe")
+	})
+}
+
+// TestUpdateProbesToCloseDecidesProbeAdmittedBefore: probes to close is
+// read when a probe's outcome arrives: lowered by Update while a probe is
+// in flight, that probe's success closes the breaker.
+func TestUpdateProbesToCloseDecidesProbeAdmittedBefore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(http.StatusInternalServerError)
+		tr := tripped(t, d, WithProbesToClose(3))
+		time.Sleep(time.Second)
+		d.set(http.StatusOK, nil)
+		done := inFlight(t, tr, d)
+		require.NoError(t, tr.Update(WithMinRequests(1), WithJitter(0), WithOpenTimeout(time.Second), WithProbesToClose(1)))
+		d.release()
+		require.NoError(t, <-done)
+		require.Equal(t, StateClosed, tr.State(testKey), "one good probe of a new probes-to-close 1")
+	})
+}
+
 // TestHalfOpenProbeThrottledReopensForRetryAfter: a probe answered 429
 // with Retry-After reopens the breaker, for reason throttled, for at
 // least that Retry-After; the refusals say so, no further call reaches
