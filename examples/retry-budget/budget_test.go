@@ -22,6 +22,20 @@ func allowance(ratio, minPerSecond float64, firsts int) int64 {
 	return int64(math.Floor(ratio*float64(firsts) + minPerSecond*window.Seconds()))
 }
 
+// unbudgeted is the requests calls logical calls take from a dependency
+// that fails request n when fails(n), never twice in a row, when every
+// failure is retried once, as with no budget.
+func unbudgeted(calls int, fails func(int64) bool) int64 {
+	var n int64
+	for range calls {
+		if fails(n) {
+			n++ // the failure; its retry succeeds
+		}
+		n++
+	}
+	return n
+}
+
 // logRun prints one run's numbers.
 func logRun(t *testing.T, label string, r result, labelled bool) {
 	t.Helper()
@@ -76,7 +90,8 @@ func TestRetryBudgetBoundsEverySDKsRetriesOnAPartialFailure(t *testing.T) {
 			require.Zero(t, without.refused)
 			require.Zero(t, without.failedCalls)
 			require.Equal(t, without.failed, without.retriesReached(s.labelled))
-			require.EqualValues(t, 429, without.arrivals)
+			require.EqualValues(t, 429, unbudgeted(calls, threeInTen))
+			require.Equal(t, unbudgeted(calls, threeInTen), without.arrivals)
 			require.Greater(t, without.arrivals, bound, "without the budget the bound does not hold: the budget did the work")
 		})
 	}
@@ -140,5 +155,40 @@ func TestFloorLetsTheRetriesOfALowTrafficDependencyThrough(t *testing.T) {
 			require.EqualValues(t, 1, floored.retriesReached(s.labelled))
 			require.EqualValues(t, calls+1, floored.arrivals)
 		})
+	}
+}
+
+// What the suggested budget does on the failing dependency (3 in 10): its
+// floor of 100 retries a window is a dependency's own until the ratio's
+// share passes it, so it binds only above about 43 calls a second (here,
+// 430 in a window), where one retry per failure (0.43 per call) outgrows
+// 0.2 per call + 100. At 300 calls in a window it refuses nothing, at
+// 1000 it holds the load to first attempts × 1.2 + 100. Measured with
+// openai-go, the quickest of the three to drive; the arithmetic is the
+// budget's, the same for every SDK.
+func TestSuggestedBudgetBindsAFailingDependencyAboveItsFloor(t *testing.T) {
+	s := sdks[2]
+	require.Equal(t, "openai-go", s.name)
+	for _, tc := range []struct {
+		calls    int
+		refusals bool
+	}{
+		{300, false},
+		{1000, true},
+	} {
+		r := run(t, s, threeInTen, tc.calls, SuggestedBudget())
+		bound := int64(tc.calls) + allowance(0.2, 10, tc.calls)
+		logRun(t, "SuggestedBudget (0.2, 10)", r, s.labelled)
+		t.Logf("bound: %d first attempts × 1.2 + 10/s × 10 s = %d; without a budget: %d", tc.calls, bound, unbudgeted(tc.calls, threeInTen))
+		require.Less(t, r.elapsed, window*9/10, "the run fits in one window")
+		require.LessOrEqual(t, r.arrivals, bound)
+		require.Equal(t, httpbreaker.StateClosed, r.state)
+		if tc.refusals {
+			require.Positive(t, r.refused)
+			require.Greater(t, unbudgeted(tc.calls, threeInTen), bound, "the bound is below what the calls would take")
+		} else {
+			require.Zero(t, r.refused, "below the floor the budget refuses nothing")
+			require.Equal(t, unbudgeted(tc.calls, threeInTen), r.arrivals, "every failure retried, as without a budget")
+		}
 	}
 }
