@@ -51,7 +51,7 @@ func logRun(t *testing.T, label string, r result, labelled bool) {
 //
 // The bound, for F first attempts (one per logical call): F + ⌊0.1 F +
 // 1/s × 10 s⌋. The floor is granted per window, 10 retries in any 10 s,
-// not per second elapsed: the run, about a second long, fits in one
+// not per second elapsed: the run, 3 s at most here, fits in one
 // window (asserted), so the floor's term is the window's 10 whatever the
 // run's length. No other slack: the calls go one at a time, so no retry
 // is decided on a stale count, and this is exactly the rule the budget
@@ -70,7 +70,7 @@ func TestRetryBudgetBoundsEverySDKsRetriesOnAPartialFailure(t *testing.T) {
 			t.Logf("bound: %d first attempts × 1.1 + 1/s × 10 s = %d", calls, bound)
 
 			for _, r := range []result{with, without} {
-				require.Equal(t, httpbreaker.StateClosed, r.state, "30 %% failures never trip a breaker at 0.5")
+				require.Equal(t, httpbreaker.StateClosed, r.state, "30 % failures never trip a breaker at 0.5")
 				require.Zero(t, r.transition)
 				require.InDelta(t, 0.3, float64(r.failed)/float64(r.arrivals), 0.01, "the dependency failed 3 in 10 of what reached it")
 			}
@@ -160,8 +160,8 @@ func TestFloorLetsTheRetriesOfALowTrafficDependencyThrough(t *testing.T) {
 
 // What the suggested budget does on the failing dependency (3 in 10): its
 // floor of 100 retries a window is a dependency's own until the ratio's
-// share passes it, so it binds only above about 43 calls a second (here,
-// 430 in a window), where one retry per failure (0.43 per call) outgrows
+// share passes it, so it binds only above about 44 calls a second (here,
+// 440 in a window), where one retry per failure (0.43 per call) outgrows
 // 0.2 per call + 100. At 300 calls in a window it refuses nothing, at
 // 1000 it holds the load to first attempts × 1.2 + 100. Measured with
 // openai-go, the quickest of the three to drive; the arithmetic is the
