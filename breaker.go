@@ -65,21 +65,8 @@ type settings struct {
 	maxConcurrent   int64         // bulkhead: calls in flight; 0: unlimited
 }
 
-// defaultSettings returns the defaults, which follow Hystrix's where
-// they fit (see the options' docs).
-func defaultSettings() settings {
-	return settings{
-		window:          10 * time.Second,
-		minRequests:     20,
-		failureRate:     0.5,
-		openTimeout:     5 * time.Second,
-		maxOpenTimeout:  defaultMaxOpenTimeout,
-		jitter:          0.2,
-		halfOpenProbes:  1,
-		probesToClose:   3,
-		throttleSustain: 10 * time.Second,
-	}
-}
+// defaultSettings returns the defaults: the tunables' (see settings.go).
+func defaultSettings() settings { return defaultConfig().settings }
 
 // defaultMaxOpenTimeout is the maximum open timeout when none is set and
 // the open timeout is not longer.
