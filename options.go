@@ -217,8 +217,14 @@ func WithSlowCallThreshold(d time.Duration) Option {
 //
 // It costs one allocation per successful response, a second clock read,
 // and the short request path of the defaults (see the Performance section
-// of the README).
+// of the README). WithoutBodyErrors turns it off again, for example in a
+// policy under a Transport-wide WithBodyErrors.
 func WithBodyErrors() Option { return bodyErrorsRow.with(true) }
+
+// WithoutBodyErrors judges every call when its headers arrive, as the
+// default does: it turns off a WithBodyErrors given before it or at a
+// wider level, as in WithPolicy("uploads.internal", WithoutBodyErrors()).
+func WithoutBodyErrors() Option { return bodyErrorsRow.with(false) }
 
 // WithOpenTimeout sets the base open duration [5s]: how long a breaker
 // stays open after it trips before it lets a probe through. It doubles for
@@ -318,7 +324,8 @@ func WithQueue(n int, maxWait time.Duration) Option {
 // its call timeout passed is a failure, however short d is; its error
 // satisfies errors.Is(err, context.DeadlineExceeded) and, through
 // http.Client, net.Error's Timeout. Set it per dependency with WithPolicy.
-// A negative d panics.
+// Zero means none, and turns off a call timeout set before it or at a
+// wider level. A negative d panics.
 func WithCallTimeout(d time.Duration) Option { return callTimeoutRow.with(d) }
 
 // WithMaxBreakers caps the number of live breakers in a Transport [1000].
@@ -344,22 +351,25 @@ func WithMaxBreakers(n int) Option {
 // (a *RejectedError wrapping ErrOpen). It is never called for the
 // dependency's own errors or responses. If it returns both a response and
 // an error, the response body is closed and the error returned; if it
-// returns neither, the default rejection is used. A nil f panics.
+// returns neither, the default rejection is used. A nil f means no
+// fallback: it turns off a fallback set before it or at a wider level, as
+// in WithPolicy("payments.internal", WithFallback(nil)).
 func WithFallback(f func(*http.Request, error) (*http.Response, error)) Option {
-	return tunableOption("WithFallback", func(c *config) {
-		if f == nil {
-			c.invalid("WithFallback", "nil fallback")
-			return
-		}
-		c.fallback = f
-	})
+	return tunableOption("WithFallback", func(c *config) { c.fallback = f })
 }
 
 // WithRejectAsError makes rejections return (nil, err), where err is a
 // *RejectedError and errors.Is(err, ErrOpen) holds, instead of the
 // synthetic 503. Through http.Client the error arrives wrapped in a
-// *url.Error; errors.Is still works.
+// *url.Error; errors.Is still works. WithoutRejectAsError turns it off
+// again.
 func WithRejectAsError() Option { return rejectAsErrorRow.with(true) }
+
+// WithoutRejectAsError makes rejections the synthetic 503 (or the
+// fallback's answer), as the default does: it turns off a
+// WithRejectAsError given before it or at a wider level, as in
+// WithPolicy("web.internal", WithoutRejectAsError()).
+func WithoutRejectAsError() Option { return rejectAsErrorRow.with(false) }
 
 // WithOnStateChange sets a function called after each transition of any
 // breaker, on the goroutine that caused it, after every lock has been

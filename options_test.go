@@ -2,6 +2,7 @@ package httpbreaker
 
 import (
 	"math"
+	"net/http"
 	"testing"
 	"time"
 
@@ -35,7 +36,6 @@ func TestInvalidOptionsPanicInNew(t *testing.T) {
 		{WithThrottleSustain(-time.Second), "WithThrottleSustain"},
 		{WithMaxConcurrent(-1), "WithMaxConcurrent"},
 		{WithMaxBreakers(0), "WithMaxBreakers"},
-		{WithFallback(nil), "WithFallback"},
 		{WithMetrics(nil), "WithMetrics"},
 		{nil, "nil Option"},
 	} {
@@ -99,4 +99,38 @@ func TestUnsetMaxOpenTimeoutFollowsTheOpenTimeout(t *testing.T) {
 	require.PanicsWithValue(t, "httpbreaker: WithMaxOpenTimeout: maximum open timeout 1m0s is shorter than the open timeout 10m0s", func() {
 		New(nil, WithOpenTimeout(10*time.Minute), WithMaxOpenTimeout(time.Minute))
 	})
+}
+
+// TestOffFormsTurnOffAWiderLevel: a policy turns off what the
+// Transport-wide options turned on — reject-as-error, body errors, a call
+// timeout, a fallback — and a later option beats an earlier one.
+func TestOffFormsTurnOffAWiderLevel(t *testing.T) {
+	fallback := func(req *http.Request, err error) (*http.Response, error) {
+		return response(req, http.StatusTeapot, nil), nil
+	}
+	tr := New(newDep(200), WithRejectAsError(), WithBodyErrors(), WithCallTimeout(time.Second), WithFallback(fallback),
+		WithPolicy("off.test", WithoutRejectAsError(), WithoutBodyErrors(), WithCallTimeout(0), WithFallback(nil)))
+	ps := tr.policies.Load()
+	off, on := ps.of("off.test"), ps.of("on.test")
+	require.False(t, off.rejectAsError)
+	require.False(t, off.bodyErrors)
+	require.Zero(t, off.callTimeout)
+	require.Nil(t, off.fallback)
+	require.True(t, on.rejectAsError)
+	require.True(t, on.bodyErrors)
+	require.Equal(t, time.Second, on.callTimeout)
+	require.NotNil(t, on.fallback)
+
+	tr.Trip("off.test", time.Hour)
+	resp, err := get(t, tr, "http://off.test/")
+	require.NoError(t, err, "not an error: the synthetic 503")
+	require.True(t, IsRejected(resp), "not the fallback's answer")
+	tr.Trip("on.test", time.Hour)
+	resp, err = get(t, tr, "http://on.test/")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusTeapot, resp.StatusCode, "the fallback")
+
+	base := New(nil, WithRejectAsError(), WithoutRejectAsError(), WithBodyErrors(), WithoutBodyErrors()).policies.Load().base
+	require.False(t, base.rejectAsError, "the later option wins")
+	require.False(t, base.bodyErrors)
 }
