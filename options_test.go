@@ -110,27 +110,37 @@ func TestOffFormsTurnOffAWiderLevel(t *testing.T) {
 	}
 	tr := New(newDep(200), WithRejectAsError(), WithBodyErrors(), WithCallTimeout(time.Second), WithFallback(fallback),
 		WithPolicy("off.test", WithoutRejectAsError(), WithoutBodyErrors(), WithCallTimeout(0), WithFallback(nil)))
+	requireTurnedOff(t, tr, "off.test", "on.test")
 	ps := tr.policies.Load()
-	off, on := ps.of("off.test"), ps.of("on.test")
-	require.False(t, off.rejectAsError)
-	require.False(t, off.bodyErrors)
-	require.Zero(t, off.callTimeout)
-	require.Nil(t, off.fallback)
-	require.True(t, on.rejectAsError)
-	require.True(t, on.bodyErrors)
-	require.Equal(t, time.Second, on.callTimeout)
-	require.NotNil(t, on.fallback)
-
-	tr.Trip("off.test", time.Hour)
-	resp, err := get(t, tr, "http://off.test/")
-	require.NoError(t, err, "not an error: the synthetic 503")
-	require.True(t, IsRejected(resp), "not the fallback's answer")
+	require.Nil(t, ps.of("off.test").fallback)
+	require.NotNil(t, ps.of("on.test").fallback)
 	tr.Trip("on.test", time.Hour)
-	resp, err = get(t, tr, "http://on.test/")
+	resp, err := get(t, tr, "http://on.test/")
 	require.NoError(t, err)
 	require.Equal(t, http.StatusTeapot, resp.StatusCode, "the fallback")
 
 	base := New(nil, WithRejectAsError(), WithoutRejectAsError(), WithBodyErrors(), WithoutBodyErrors()).policies.Load().base
 	require.False(t, base.rejectAsError, "the later option wins")
 	require.False(t, base.bodyErrors)
+}
+
+// requireTurnedOff checks that tr's breaker for key off has
+// reject-as-error, body errors and a call timeout of 1s turned off, which
+// key on has on, and that a refusal for off is the synthetic 503 (not an
+// error, not a fallback's answer).
+func requireTurnedOff(t *testing.T, tr *Transport, off, on string) {
+	t.Helper()
+	ps := tr.policies.Load()
+	p, q := ps.of(off), ps.of(on)
+	require.False(t, p.rejectAsError)
+	require.False(t, p.bodyErrors)
+	require.Zero(t, p.callTimeout)
+	require.True(t, q.rejectAsError)
+	require.True(t, q.bodyErrors)
+	require.Equal(t, time.Second, q.callTimeout)
+
+	tr.Trip(off, time.Hour)
+	resp, err := get(t, tr, "http://"+off+"/")
+	require.NoError(t, err, "not an error: the synthetic 503")
+	require.True(t, IsRejected(resp), "not a fallback's answer")
 }
