@@ -54,26 +54,12 @@ type config struct {
 	errs []error
 }
 
-// defaultConfig returns the defaults (the tunables' from settings.go),
-// which follow Hystrix's well-known ones where they fit:
+// defaultConfig returns the defaults: the tunables' from their table
+// (settings.go; each option's doc gives its default in brackets), and for
+// the rest:
 //
 //	key function            HostKey
 //	classifier              DefaultClassifier
-//	window                  10s (10 buckets of 1s)
-//	minimum requests        20
-//	failure rate            0.5
-//	slow-call threshold     0 (off)
-//	open timeout            5s
-//	maximum open timeout    60s, or the open timeout if longer (also the half-open probe bound)
-//	jitter                  0.2
-//	half-open probes        1
-//	probes to close         3
-//	throttle sustain        10s
-//	max concurrent per key  0 (unlimited)
-//	queue                   0 (refuse at once), maximum wait 0
-//	call timeout            0 (none)
-//	body errors             off
-//	mode                    enforce
 //	max breakers            1000
 //	rejection               synthetic 503, no fallback
 //	state-change hook       none
