@@ -155,22 +155,32 @@ func (p *PolicyConfig) decodeField(inPolicy bool, selector, name string, v json.
 		return configError(inPolicy, selector, "", fmt.Sprintf("unknown field %q", name))
 	}
 	field := f.confField(p)
-	elem := field.Type().Elem()
-	if isNull(v) {
-		return configError(inPolicy, selector, name, fmt.Sprintf("want %s, got null", formOf(elem)))
-	}
-	val := reflect.New(elem)
-	dec := json.NewDecoder(bytes.NewReader(v))
-	dec.DisallowUnknownFields() // in a composite value too, nothing given is ignored
-	if err := dec.Decode(val.Interface()); err != nil {
-		msg := strings.TrimPrefix(err.Error(), "httpbreaker: ")
-		if te := (*json.UnmarshalTypeError)(nil); errors.As(err, &te) {
-			msg = fmt.Sprintf("want %s, got %s", formOf(elem), shorten(v))
-		}
+	val, msg := decodeValue(field.Type().Elem(), v)
+	if msg != "" {
 		return configError(inPolicy, selector, name, msg)
 	}
 	field.Set(val)
 	return nil
+}
+
+// decodeValue decodes v as a value of type t, returned as a pointer to
+// it, or says what is wrong with v: null, a value of another type (naming
+// the form t wants), or a bad value.
+func decodeValue(t reflect.Type, v json.RawMessage) (reflect.Value, string) {
+	if isNull(v) {
+		return reflect.Value{}, fmt.Sprintf("want %s, got null", formOf(t))
+	}
+	val := reflect.New(t)
+	dec := json.NewDecoder(bytes.NewReader(v))
+	dec.DisallowUnknownFields() // in a composite value too, nothing given is ignored
+	if err := dec.Decode(val.Interface()); err != nil {
+		if te := (*json.UnmarshalTypeError)(nil); errors.As(err, &te) {
+			return reflect.Value{}, fmt.Sprintf("want %s, got %s", formOf(t), shorten(v))
+		}
+		msg := strings.TrimPrefix(err.Error(), "httpbreaker: ")
+		return reflect.Value{}, strings.TrimPrefix(msg, "json: ")
+	}
+	return val, ""
 }
 
 // eachMember calls f for each member of the JSON object b, in order, and

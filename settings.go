@@ -176,6 +176,7 @@ type settingError struct {
 	goMsg, fileMsg string
 }
 
+// Error is the error in the options' terms.
 func (e *settingError) Error() string {
 	_, option, _ := e.row.about()
 	s := "httpbreaker: " + option + ": " + e.goMsg
@@ -188,11 +189,7 @@ func (e *settingError) Error() string {
 // file is the error in the file's terms, without a prefix.
 func (e *settingError) file() string {
 	name, _, _ := e.row.about()
-	sel := ""
-	if e.policy {
-		sel = e.selector
-	}
-	return fileField(e.policy, sel, name) + ": " + e.fileMsg
+	return fileField(e.policy, e.selector, name) + ": " + e.fileMsg
 }
 
 // inPolicy is err, which resolving selector's policy returned, said to
@@ -218,8 +215,9 @@ func fileField(inPolicy bool, selector, name string) string {
 	return fmt.Sprintf("policies[%q].%s", selector, name)
 }
 
-// The bounds of the rows.
+// The bounds of the rows: each says why a value is out, or "".
 
+// between is the bounds [least, most].
 func between(least, most int64) func(int64) string {
 	return func(n int64) string {
 		switch {
@@ -234,6 +232,7 @@ func between(least, most int64) func(int64) string {
 	}
 }
 
+// atLeast is the bounds [least, ∞).
 func atLeast(least time.Duration) func(time.Duration) string {
 	return func(d time.Duration) string {
 		switch {
@@ -246,6 +245,7 @@ func atLeast(least time.Duration) func(time.Duration) string {
 	}
 }
 
+// positive is the bounds (0, ∞).
 func positive(d time.Duration) string {
 	if d <= 0 {
 		return fmt.Sprintf("must be positive, got %v", d)
@@ -266,6 +266,7 @@ func fraction(zero bool) func(float64) string {
 	}
 }
 
+// knownMode is the modes there are.
 func knownMode(m Mode) string {
 	if m < ModeEnforce || m > ModeOff {
 		return fmt.Sprintf("unknown mode %d", int(m))

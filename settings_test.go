@@ -97,7 +97,7 @@ func TestTunableBoundsSpeakBothTerms(t *testing.T) {
 // TestTextWritesCompositeValuesAsTheFileDoes: a tunable whose value is
 // an object (as a retry budget's {"ratio", "min_per_second"} is) needs no
 // path of its own: its log text is its JSON, and a file gives it as an
-// object, unknown fields refused.
+// object, unknown fields refused, a wrong type told by its form.
 func TestTextWritesCompositeValuesAsTheFileDoes(t *testing.T) {
 	type pair struct {
 		Ratio        float64 `json:"ratio"`
@@ -105,6 +105,13 @@ func TestTextWritesCompositeValuesAsTheFileDoes(t *testing.T) {
 	}
 	require.Equal(t, `{"ratio":0.2,"min_per_second":10}`, text(reflect.ValueOf(pair{0.2, 10})))
 	require.Equal(t, "an object", formOf(reflect.TypeFor[pair]()))
+	v, msg := decodeValue(reflect.TypeFor[pair](), []byte(`{"ratio": 0.2, "min_per_second": 10}`))
+	require.Empty(t, msg)
+	require.Equal(t, pair{0.2, 10}, v.Elem().Interface())
+	_, msg = decodeValue(reflect.TypeFor[pair](), []byte(`{"ratio": 0.2, "min_per_secnd": 10}`))
+	require.Equal(t, `unknown field "min_per_secnd"`, msg)
+	_, msg = decodeValue(reflect.TypeFor[pair](), []byte(`0.2`))
+	require.Equal(t, "want an object, got 0.2", msg)
 	require.Equal(t, "10s", text(reflect.ValueOf(Duration(10*time.Second))))
 	require.Equal(t, "shadow", text(reflect.ValueOf(ModeShadow)))
 	require.Equal(t, "0.5", text(reflect.ValueOf(0.5)))
