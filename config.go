@@ -31,15 +31,15 @@ import (
 // is a value ("jitter": 0 means no jitter), and each field inherits on its
 // own (a policy naming only "queue" keeps the inherited "queue_wait"). A
 // narrower level turns off what a wider one turned on: "body_errors":
-// false, "reject_as_error": false, "call_timeout": "0s". Decoding refuses
-// unknown fields, naming the selector and the field. Config round-trips
-// through encoding/json.
+// false, "reject_as_error": false, "call_timeout": "0s". Config
+// round-trips through encoding/json.
 //
-// Decoding refuses a selector, or a field, given twice, and null for a
-// field. A wrong type names the field and the form it wants; a bad value,
-// or a relation that does not hold, names the selector and the field as
-// the file does: policies["pricing.internal"].max_open_timeout: must be
-// at least open_timeout (30s).
+// Decoding refuses an unknown field, a selector or a field given twice,
+// and null for a field; a wrong type names the field and the form it
+// wants. Options (and ParseConfig) refuse a bad value or a relation that
+// does not hold, naming the selector and the field as the file does:
+// policies["pricing.internal"].max_open_timeout: must be at least
+// open_timeout (30s).
 //
 // What a Config cannot say — classifiers, fallbacks, the options that
 // shape the Transport — is given as options beside it:
