@@ -67,21 +67,8 @@ type settings struct {
 	retryRatio, retryMinPerSecond float64 // the retry budget; both 0: none
 }
 
-// defaultSettings returns the defaults, which follow Hystrix's where
-// they fit (see the options' docs).
-func defaultSettings() settings {
-	return settings{
-		window:          10 * time.Second,
-		minRequests:     20,
-		failureRate:     0.5,
-		openTimeout:     5 * time.Second,
-		maxOpenTimeout:  defaultMaxOpenTimeout,
-		jitter:          0.2,
-		halfOpenProbes:  1,
-		probesToClose:   3,
-		throttleSustain: 10 * time.Second,
-	}
-}
+// defaultSettings returns the defaults: the tunables' (see settings.go).
+func defaultSettings() settings { return defaultConfig().settings }
 
 // defaultMaxOpenTimeout is the maximum open timeout when none is set and
 // the open timeout is not longer.
