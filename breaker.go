@@ -64,7 +64,7 @@ type settings struct {
 	throttleSustain time.Duration // how long 429s must make up the rate to count
 	maxConcurrent   int64         // bulkhead: calls in flight; 0: unlimited
 
-	retryRatio, retryMinPerSecond float64 // the retry budget; both 0: none
+	retryBudget RetryBudget // zero: none
 }
 
 // defaultSettings returns the defaults: the tunables' (see settings.go).

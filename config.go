@@ -54,23 +54,24 @@ type Config struct {
 // one selector's. Each field is the option of the same name (see the
 // table of tunables in settings.go); nil is unset.
 type PolicyConfig struct {
-	Mode              *Mode     `json:"mode,omitempty"`                // WithMode: "enforce", "shadow" or "off"
-	FailureRate       *float64  `json:"failure_rate,omitempty"`        // WithFailureRate
-	MinRequests       *int      `json:"min_requests,omitempty"`        // WithMinRequests
-	Window            *Duration `json:"window,omitempty"`              // WithWindow
-	SlowCallThreshold *Duration `json:"slow_call_threshold,omitempty"` // WithSlowCallThreshold
-	OpenTimeout       *Duration `json:"open_timeout,omitempty"`        // WithOpenTimeout
-	MaxOpenTimeout    *Duration `json:"max_open_timeout,omitempty"`    // WithMaxOpenTimeout
-	Jitter            *float64  `json:"jitter,omitempty"`              // WithJitter
-	HalfOpenProbes    *int      `json:"half_open_probes,omitempty"`    // WithHalfOpenProbes
-	ProbesToClose     *int      `json:"probes_to_close,omitempty"`     // WithProbesToClose
-	ThrottleSustain   *Duration `json:"throttle_sustain,omitempty"`    // WithThrottleSustain
-	MaxConcurrent     *int      `json:"max_concurrent,omitempty"`      // WithMaxConcurrent
-	Queue             *int      `json:"queue,omitempty"`               // WithQueue's length, on its own
-	QueueWait         *Duration `json:"queue_wait,omitempty"`          // WithQueue's maximum wait, on its own
-	CallTimeout       *Duration `json:"call_timeout,omitempty"`        // WithCallTimeout; "0s": none
-	BodyErrors        *bool     `json:"body_errors,omitempty"`         // WithBodyErrors; false: WithoutBodyErrors
-	RejectAsError     *bool     `json:"reject_as_error,omitempty"`     // WithRejectAsError; false: WithoutRejectAsError
+	Mode              *Mode        `json:"mode,omitempty"`                // WithMode: "enforce", "shadow" or "off"
+	FailureRate       *float64     `json:"failure_rate,omitempty"`        // WithFailureRate
+	MinRequests       *int         `json:"min_requests,omitempty"`        // WithMinRequests
+	Window            *Duration    `json:"window,omitempty"`              // WithWindow
+	SlowCallThreshold *Duration    `json:"slow_call_threshold,omitempty"` // WithSlowCallThreshold
+	OpenTimeout       *Duration    `json:"open_timeout,omitempty"`        // WithOpenTimeout
+	MaxOpenTimeout    *Duration    `json:"max_open_timeout,omitempty"`    // WithMaxOpenTimeout
+	Jitter            *float64     `json:"jitter,omitempty"`              // WithJitter
+	HalfOpenProbes    *int         `json:"half_open_probes,omitempty"`    // WithHalfOpenProbes
+	ProbesToClose     *int         `json:"probes_to_close,omitempty"`     // WithProbesToClose
+	ThrottleSustain   *Duration    `json:"throttle_sustain,omitempty"`    // WithThrottleSustain
+	MaxConcurrent     *int         `json:"max_concurrent,omitempty"`      // WithMaxConcurrent
+	Queue             *int         `json:"queue,omitempty"`               // WithQueue's length, on its own
+	QueueWait         *Duration    `json:"queue_wait,omitempty"`          // WithQueue's maximum wait, on its own
+	CallTimeout       *Duration    `json:"call_timeout,omitempty"`        // WithCallTimeout; "0s": none
+	BodyErrors        *bool        `json:"body_errors,omitempty"`         // WithBodyErrors; false: WithoutBodyErrors
+	RejectAsError     *bool        `json:"reject_as_error,omitempty"`     // WithRejectAsError; false: WithoutRejectAsError
+	RetryBudget       *RetryBudget `json:"retry_budget,omitempty"`        // WithRetryBudget; {"ratio": 0, "min_per_second": 0}: none
 }
 
 // Duration is a time.Duration written as a Go duration string ("800ms").

@@ -57,6 +57,8 @@ var (
 		at: func(p *policy) *bool { return &p.bodyErrors }}
 	rejectAsErrorRow = row[bool]{name: "reject_as_error", option: "WithRejectAsError", off: "WithoutRejectAsError", status: "RejectAsError",
 		at: func(p *policy) *bool { return &p.rejectAsError }}
+	retryBudgetRow = row[RetryBudget]{name: "retry_budget", option: "WithRetryBudget", status: "RetryBudget",
+		check: RetryBudget.check, at: func(p *policy) *RetryBudget { return &p.retryBudget }}
 )
 
 // tunables is the table, in the order the file, the log and the status
@@ -65,7 +67,7 @@ var tunables = []tunable{
 	&modeRow, &failureRateRow, &minRequestsRow, &windowRow, &slowCallRow,
 	&openTimeoutRow, &maxOpenTimeoutRow, &jitterRow, &halfOpenProbesRow, &probesToCloseRow,
 	&throttleSustainRow, &maxConcurrentRow, &queueRow, &queueWaitRow, &callTimeoutRow,
-	&bodyErrorsRow, &rejectAsErrorRow,
+	&bodyErrorsRow, &rejectAsErrorRow, &retryBudgetRow,
 }
 
 // relations are the rules between tunables, checked on every breaker's

@@ -58,6 +58,7 @@ type Settings struct {
 	CallTimeout       time.Duration // 0: none
 	BodyErrors        bool
 	RejectAsError     bool
+	RetryBudget       RetryBudget // zero: none
 }
 
 // FailureRate is Failures/Requests, or 0 with no requests. 429s are not
