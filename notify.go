@@ -21,8 +21,8 @@ func (t *Transport) notify(tr *transition) {
 // report is notify for one transition.
 func (t *Transport) report(tr *transition) {
 	if tr.to == StateOpen {
-		if c := t.breakers.get(tr.key); c != nil && c.line.waiting.Load() > 0 {
-			c.line.refuseAll() // calls waiting for the bulkhead are refused as open
+		if c := t.breakers.get(tr.key); c != nil && c.bulk.waiting.Load() > 0 {
+			c.bulk.refuseAll() // calls waiting for the bulkhead are refused as open
 		}
 	}
 	if s := t.member; s != nil && !tr.fleet {

@@ -167,9 +167,9 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		g.unsent = false
 		return checked(t.next.RoundTrip(req))
 	}
-	b, now := &c.b, t.now()
-	tk, reason, tr := b.admit(now, &p.settings)
-	if reason == rejectBulkhead && p.queue > 0 && p.mode == ModeEnforce {
+	now := t.now()
+	tk, reason, tr := c.admit(now, p)
+	if reason == rejectBulkhead && p.mode == ModeEnforce {
 		tk, reason, tr, err = t.wait(req, c, p)
 		if err != nil {
 			return nil, err // the caller's context ended while it waited; g closes the body
@@ -180,9 +180,6 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		g.b, g.tk = c, tk
 		t.notify(tr)
 	} else {
-		if p.queue > 0 {
-			c.wake(&p.settings) // a place admit gave back may be a waiter's
-		}
 		t.notify(tr)
 		if p.mode != ModeShadow {
 			c.rejected[reason].Add(1)
