@@ -134,7 +134,7 @@ func (c *circuit) admit(now int64, p *policy) (ticket, rejectReason, *transition
 // otherwise as bulkhead full, and it may wait in the line (see
 // Transport.wait).
 func (c *circuit) admitBulkhead(now int64, p *policy) (ticket, rejectReason, *transition) {
-	if !c.bulk.take(c.limit()) {
+	if c.bulk.waiting.Load() > 0 || !c.bulk.take(c.limit()) {
 		if c.b.openAt(now) {
 			return ticket{}, rejectOpen, nil
 		}

@@ -353,6 +353,31 @@ func TestBulkheadPlaceFreedWhenProbeLeasePanics(t *testing.T) {
 	})
 }
 
+// TestBulkheadRaisedAdmitsItsWaitersAtOnce: an Update that raises the
+// bulkhead from 1 to 10 admits the call waiting in its line at once, not
+// after its whole wait with nine places free.
+func TestBulkheadRaisedAdmitsItsWaitersAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newHeldDep()
+		tr := New(d, WithMaxConcurrent(1), WithQueue(5, time.Minute), WithRejectAsError())
+		ctx := context.Background()
+		h := send(t, ctx, tr, "h")
+		w := send(t, ctx, tr, "w")
+		require.Equal(t, []string{"h"}, d.order(), "w waits in the line")
+		require.NoError(t, tr.Update(WithMaxConcurrent(10), WithQueue(5, time.Minute), WithRejectAsError()))
+		synctest.Wait()
+		require.Equal(t, []string{"h", "w"}, d.order(), "the larger bulkhead admits its waiter at once")
+		for _, id := range []string{"h", "w"} {
+			d.let(id, 200)
+		}
+		for _, c := range []chan result{h, w} {
+			r := <-c
+			require.NoError(t, r.err)
+			require.Equal(t, 200, r.resp.StatusCode)
+		}
+	})
+}
+
 // TestBulkheadLoweredAdmitsNobodyUntilBelowIt: an Update that lowers the
 // bulkhead from 3 to 1 while calls wait lets no waiter in until the calls
 // in flight fall below 1; no call in flight is cut.
@@ -390,4 +415,152 @@ func TestBulkheadLoweredAdmitsNobodyUntilBelowIt(t *testing.T) {
 			require.Equal(t, 200, r.resp.StatusCode)
 		}
 	})
+}
+
+// TestBulkheadRaisedAdmitsItsWaitersOldestFirstUpToItsSize: raised from
+// 1 to 3 with three calls waiting, the bulkhead admits the two oldest at
+// once; the third, and a newcomer behind it, wait for a place.
+func TestBulkheadRaisedAdmitsItsWaitersOldestFirstUpToItsSize(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newHeldDep()
+		tr := New(d, WithMaxConcurrent(1), WithQueue(5, time.Minute))
+		ctx := context.Background()
+		var calls []chan result
+		for _, id := range []string{"h", "w1", "w2", "w3"} {
+			calls = append(calls, send(t, ctx, tr, id))
+		}
+		require.NoError(t, tr.Update(WithMaxConcurrent(3), WithQueue(5, time.Minute)))
+		synctest.Wait()
+		require.ElementsMatch(t, []string{"h", "w1", "w2"}, d.order(), "the two oldest waiters, at once (in either order)")
+		calls = append(calls, send(t, ctx, tr, "n"))
+		require.Len(t, d.order(), 3, "full: the newcomer waits behind w3")
+		d.let("h", 200)
+		synctest.Wait()
+		require.Equal(t, "w3", d.order()[3])
+		d.let("w1", 200)
+		synctest.Wait()
+		require.Equal(t, "n", d.order()[4])
+		for _, id := range []string{"w2", "w3", "n"} {
+			d.let(id, 200)
+		}
+		for _, c := range calls {
+			r := <-c
+			require.NoError(t, r.err)
+			require.Equal(t, 200, r.resp.StatusCode)
+		}
+		c := tr.breakers.get(testKey)
+		require.Zero(t, c.bulk.inflight.Load(), "every place given back")
+		require.Zero(t, c.bulk.waiting.Load())
+	})
+}
+
+// TestBulkheadNewcomerQueuesBehindWaiters: a newcomer that finds a place
+// free while calls wait for one (as in the instant between an Update
+// that raised the bulkhead and its wake-up) joins the line behind them,
+// and the oldest waiter gets the place.
+func TestBulkheadNewcomerQueuesBehindWaiters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newHeldDep()
+		tr := New(d, WithMaxConcurrent(1), WithQueue(5, time.Minute))
+		ctx := context.Background()
+		h, w := send(t, ctx, tr, "h"), send(t, ctx, tr, "w")
+		c := tr.breakers.get(testKey)
+		p := *c.pol.Load()
+		p.maxConcurrent = 2
+		c.pol.Store(&p) // resized, and nobody woken yet
+		n := send(t, ctx, tr, "n")
+		require.Equal(t, []string{"h", "w"}, d.order(), "the waiter first, not the newcomer")
+		d.let("h", 200)
+		synctest.Wait()
+		require.Equal(t, []string{"h", "w", "n"}, d.order())
+		for _, id := range []string{"w", "n"} {
+			d.let(id, 200)
+		}
+		for _, c := range []chan result{h, w, n} {
+			r := <-c
+			require.NoError(t, r.err)
+			require.Equal(t, 200, r.resp.StatusCode)
+		}
+		require.Zero(t, c.bulk.inflight.Load(), "every place given back")
+		require.Zero(t, c.bulk.waiting.Load())
+	})
+}
+
+// TestBulkheadRemovedAdmitsItsWaiters: an Update that removes the
+// bulkhead admits the calls waiting in its line at once, and the calls
+// admitted under it still give their places back.
+func TestBulkheadRemovedAdmitsItsWaiters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newHeldDep()
+		tr := New(d, WithMaxConcurrent(1), WithQueue(5, time.Minute))
+		ctx := context.Background()
+		h, w := send(t, ctx, tr, "h"), send(t, ctx, tr, "w")
+		require.NoError(t, tr.Update())
+		synctest.Wait()
+		require.Equal(t, []string{"h", "w"}, d.order(), "no bulkhead: the waiter goes at once")
+		n := send(t, ctx, tr, "n")
+		require.Equal(t, []string{"h", "w", "n"}, d.order())
+		for _, id := range []string{"h", "w", "n"} {
+			d.let(id, 200)
+		}
+		for _, c := range []chan result{h, w, n} {
+			r := <-c
+			require.NoError(t, r.err)
+			require.Equal(t, 200, r.resp.StatusCode)
+		}
+		c := tr.breakers.get(testKey)
+		require.Zero(t, c.bulk.inflight.Load(), "the calls admitted under the bulkhead gave their places back")
+		require.Zero(t, c.bulk.waiting.Load())
+	})
+}
+
+// TestBulkheadResizedUnderTrafficLosesNoPlace: Updates that resize the
+// bulkhead between 1 and 8 while 64 callers go through it, on real
+// goroutines for the race detector: never more than 8 in next at once,
+// and every place given back.
+func TestBulkheadResizedUnderTrafficLosesNoPlace(t *testing.T) {
+	var in, most atomic.Int64
+	next := rtFunc(func(req *http.Request) (*http.Response, error) {
+		n := in.Add(1)
+		for {
+			m := most.Load()
+			if n <= m || most.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		defer in.Add(-1)
+		return response(req, http.StatusOK, nil), nil
+	})
+	tr := New(next, WithMaxConcurrent(4), WithQueue(16, time.Second))
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			n := []int{1, 8, 2, 5}[i%4]
+			require.NoError(t, tr.Update(WithMaxConcurrent(n), WithQueue(16, time.Second)))
+		}
+	})
+	var callers sync.WaitGroup
+	for range 64 {
+		callers.Go(func() {
+			for range 30 {
+				resp, err := tr.RoundTrip(mustReq(t, testURL))
+				if err == nil {
+					resp.Body.Close()
+				}
+			}
+		})
+	}
+	callers.Wait()
+	close(stop)
+	wg.Wait()
+	require.LessOrEqual(t, most.Load(), int64(8))
+	c := tr.breakers.get(testKey)
+	require.Zero(t, c.bulk.inflight.Load(), "no place lost")
+	require.Zero(t, c.bulk.waiting.Load())
 }
