@@ -370,11 +370,7 @@ func TestBulkheadRaisedAdmitsItsWaitersAtOnce(t *testing.T) {
 		for _, id := range []string{"h", "w"} {
 			d.let(id, 200)
 		}
-		for _, c := range []chan result{h, w} {
-			r := <-c
-			require.NoError(t, r.err)
-			require.Equal(t, 200, r.resp.StatusCode)
-		}
+		requireAnswered(t, h, w)
 	})
 }
 
@@ -409,11 +405,7 @@ func TestBulkheadLoweredAdmitsNobodyUntilBelowIt(t *testing.T) {
 			synctest.Wait()
 			require.Equal(t, step.want, d.order(), "after %s ends", step.let)
 		}
-		for _, c := range calls {
-			r := <-c
-			require.NoError(t, r.err)
-			require.Equal(t, 200, r.resp.StatusCode)
-		}
+		requireAnswered(t, calls...)
 	})
 }
 
@@ -443,14 +435,8 @@ func TestBulkheadRaisedAdmitsItsWaitersOldestFirstUpToItsSize(t *testing.T) {
 		for _, id := range []string{"w2", "w3", "n"} {
 			d.let(id, 200)
 		}
-		for _, c := range calls {
-			r := <-c
-			require.NoError(t, r.err)
-			require.Equal(t, 200, r.resp.StatusCode)
-		}
-		c := tr.breakers.get(testKey)
-		require.Zero(t, c.bulk.inflight.Load(), "every place given back")
-		require.Zero(t, c.bulk.waiting.Load())
+		requireAnswered(t, calls...)
+		requireBulkheadEmpty(t, tr, "every place given back")
 	})
 }
 
@@ -476,13 +462,8 @@ func TestBulkheadNewcomerQueuesBehindWaiters(t *testing.T) {
 		for _, id := range []string{"w", "n"} {
 			d.let(id, 200)
 		}
-		for _, c := range []chan result{h, w, n} {
-			r := <-c
-			require.NoError(t, r.err)
-			require.Equal(t, 200, r.resp.StatusCode)
-		}
-		require.Zero(t, c.bulk.inflight.Load(), "every place given back")
-		require.Zero(t, c.bulk.waiting.Load())
+		requireAnswered(t, h, w, n)
+		requireBulkheadEmpty(t, tr, "every place given back")
 	})
 }
 
@@ -503,14 +484,8 @@ func TestBulkheadRemovedAdmitsItsWaiters(t *testing.T) {
 		for _, id := range []string{"h", "w", "n"} {
 			d.let(id, 200)
 		}
-		for _, c := range []chan result{h, w, n} {
-			r := <-c
-			require.NoError(t, r.err)
-			require.Equal(t, 200, r.resp.StatusCode)
-		}
-		c := tr.breakers.get(testKey)
-		require.Zero(t, c.bulk.inflight.Load(), "the calls admitted under the bulkhead gave their places back")
-		require.Zero(t, c.bulk.waiting.Load())
+		requireAnswered(t, h, w, n)
+		requireBulkheadEmpty(t, tr, "the calls admitted under the bulkhead gave their places back")
 	})
 }
 
@@ -533,14 +508,9 @@ func TestBulkheadResizedUnderTrafficLosesNoPlace(t *testing.T) {
 	})
 	tr := New(next, WithMaxConcurrent(4), WithQueue(16, time.Second))
 	var wg sync.WaitGroup
-	stop := make(chan struct{})
+	var stop atomic.Bool
 	wg.Go(func() {
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
+		for i := 0; !stop.Load(); i++ {
 			n := []int{1, 8, 2, 5}[i%4]
 			require.NoError(t, tr.Update(WithMaxConcurrent(n), WithQueue(16, time.Second)))
 		}
@@ -557,10 +527,27 @@ func TestBulkheadResizedUnderTrafficLosesNoPlace(t *testing.T) {
 		})
 	}
 	callers.Wait()
-	close(stop)
+	stop.Store(true)
 	wg.Wait()
 	require.LessOrEqual(t, most.Load(), int64(8))
+	requireBulkheadEmpty(t, tr, "no place lost")
+}
+
+// requireAnswered requires that each of calls got next's 200.
+func requireAnswered(t *testing.T, calls ...chan result) {
+	t.Helper()
+	for _, c := range calls {
+		r := <-c
+		require.NoError(t, r.err)
+		require.Equal(t, 200, r.resp.StatusCode)
+	}
+}
+
+// requireBulkheadEmpty requires that the bulkhead of testKey's breaker in
+// tr holds no place and no waiter.
+func requireBulkheadEmpty(t *testing.T, tr *Transport, msg string) {
+	t.Helper()
 	c := tr.breakers.get(testKey)
-	require.Zero(t, c.bulk.inflight.Load(), "no place lost")
-	require.Zero(t, c.bulk.waiting.Load())
+	require.Zero(t, c.bulk.inflight.Load(), msg)
+	require.Zero(t, c.bulk.waiting.Load(), msg)
 }
