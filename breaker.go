@@ -129,6 +129,7 @@ type ticket struct {
 	gen   uint64    // the generation it was admitted in
 	probe uint64    // the half-open probe slot it holds; 0 for none
 	start int64     // clock time of its admission
+	place bool      // it holds a place in its circuit's bulkhead (see circuit.release)
 }
 
 // transition is a state change, queued in the breaker's outbox where it
@@ -159,10 +160,9 @@ type probe struct {
 }
 
 // breaker is the state machine of one key. The closed path is lock-free:
-// admission is one atomic load and one atomic add, recording an outcome
-// one atomic add in the window and one to give the place back. Every
-// transition happens under mu, exactly once: it checks that the
-// generation it saw is still current.
+// admission is one atomic load, recording an outcome one atomic add in
+// the window. Every transition happens under mu, exactly once: it checks
+// that the generation it saw is still current.
 type breaker struct {
 	key   string
 	fleet fleet // nil without a Store
@@ -172,8 +172,6 @@ type breaker struct {
 	// retryAt is the clock time at which an open breaker lets probes go.
 	// Stored before word when opening.
 	retryAt atomic.Int64
-	// inflight counts the calls in the bulkhead; kept only with one.
-	inflight atomic.Int64
 
 	// win is the rolling window; a new one when the window's length
 	// changes (see configure).
@@ -257,39 +255,21 @@ func (b *breaker) configure(s *settings) {
 func stateOf(w uint64) State { return State(w & 3) }
 func genOf(w uint64) uint64  { return w >> 2 }
 
-// admit decides at clock time now whether a call may go, by settings s:
-// first the bulkhead, then the state. A call refused by a full bulkhead
-// while the breaker is open is refused as open, so that its caller learns
-// when the open period ends. An admitted call must give back its place
-// with release and be counted with count.
+// admit decides at clock time now, by state and settings s, whether a
+// call may go. An admitted call must be counted with count. (The
+// bulkhead, which comes before the state, is the circuit's: see
+// circuit.admit.)
 func (b *breaker) admit(now int64, s *settings) (ticket, rejectReason, *transition) {
-	if w := b.word.Load(); stateOf(w) == StateClosed && s.maxConcurrent == 0 {
+	if w := b.word.Load(); stateOf(w) == StateClosed {
 		return ticket{s: s, gen: genOf(w), start: now}, admitted, nil // nothing to hold
 	}
-	return b.admitHeld(now, s)
+	return b.admitState(now, s)
 }
 
-// admitHeld is admit when there is a bulkhead place or a probe slot to
-// take, or a refusal to decide.
-func (b *breaker) admitHeld(now int64, s *settings) (ticket, rejectReason, *transition) {
-	if s.maxConcurrent == 0 {
-		return b.admitState(now, s)
-	}
-	if !b.tryPlace(s) {
-		if stateOf(b.word.Load()) == StateOpen && now < b.retryAt.Load() {
-			return b.refuse(rejectOpen)
-		}
-		return b.refuse(rejectBulkhead)
-	}
-	giveBack := true
-	defer func() {
-		if giveBack { // refused by state, or the fleet's ProbeLease panicked
-			b.inflight.Add(-1)
-		}
-	}()
-	tk, reason, tr := b.admitState(now, s)
-	giveBack = reason != admitted
-	return tk, reason, tr
+// openAt reports whether b refuses every call at clock time now: it is
+// open, and its open period has not ended.
+func (b *breaker) openAt(now int64) bool {
+	return stateOf(b.word.Load()) == StateOpen && now < b.retryAt.Load()
 }
 
 // refuse is admit's answer for a call refused for reason.
@@ -337,31 +317,6 @@ func (b *breaker) admitState(now int64, s *settings) (ticket, rejectReason, *tra
 	}
 	b.mu.Unlock()
 	return tk, reason, tr
-}
-
-// release gives back the place the admitted call tk held in the
-// bulkhead, if there is one. Call it once per admitted call, when its
-// headers have arrived or it failed.
-func (b *breaker) release(tk ticket) {
-	if tk.s.maxConcurrent > 0 {
-		b.inflight.Add(-1)
-	}
-}
-
-// tryPlace takes a place in the bulkhead of settings s if one is free.
-// It never counts a place it does not take, even for an instant: a
-// caller that found the bulkhead full because another only looked at it
-// could wait for a place nobody holds (see circuit.wake).
-func (b *breaker) tryPlace(s *settings) bool {
-	for {
-		n := b.inflight.Load()
-		if n >= s.maxConcurrent {
-			return false
-		}
-		if b.inflight.CompareAndSwap(n, n+1) {
-			return true
-		}
-	}
 }
 
 // adopt returns a ticket of b's current generation for a call admitted
@@ -764,11 +719,12 @@ func (b *breaker) reset(now int64, fleet bool) *transition {
 }
 
 // idle reports whether the breaker can be evicted at clock time now:
-// closed, older than a window, no call in its bulkhead, and nothing
-// recorded in its window. Other calls may still be in flight: their
-// outcomes count for the key's next breaker (see Transport.settle).
+// closed, older than a window, and nothing recorded in its window. (Its
+// circuit's bulkhead must be empty too: see Transport.evictLocked.)
+// Other calls may still be in flight: their outcomes count for the key's
+// next breaker (see Transport.settle).
 func (b *breaker) idle(now int64) bool {
-	if stateOf(b.word.Load()) != StateClosed || b.inflight.Load() != 0 || now-b.created < int64(b.cfg.Load().window) {
+	if stateOf(b.word.Load()) != StateClosed || now-b.created < int64(b.cfg.Load().window) {
 		return false
 	}
 	c := b.window().sums(now)

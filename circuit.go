@@ -22,8 +22,9 @@ type circuit struct {
 	// rejected counts refused calls by reason; shadowed the calls a
 	// breaker in ModeShadow would have refused, and let through.
 	rejected, shadowed [numReasons]atomic.Int64
-	// line is the bulkhead's waiting line, under WithQueue.
-	line queue
+	// bulk is the bulkhead's places and waiting line (WithMaxConcurrent,
+	// WithQueue).
+	bulk bulkhead
 }
 
 // key is the circuit's key.
@@ -154,7 +155,7 @@ func (t *Transport) evictLocked(now int64) bool {
 	}
 	var victim *circuit
 	t.breakers.each(func(c *circuit) bool {
-		if c.pol.Load().mode == ModeOff || c.b.idle(now) { // an off key keeps nothing worth keeping
+		if c.pol.Load().mode == ModeOff || c.bulk.inflight.Load() == 0 && c.b.idle(now) { // an off key keeps nothing worth keeping
 			victim = c
 			return false
 		}

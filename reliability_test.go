@@ -98,9 +98,9 @@ func requireRefused(t *testing.T, tr *Transport, want string) {
 	require.Equal(t, want, resp.Header.Get("Retry-After"))
 }
 
-// requireAnswered requires that a call to testURL reach the dependency
+// requireAnswers requires that a call to testURL reach the dependency
 // and come back with its answer, code.
-func requireAnswered(t *testing.T, tr *Transport, code int) {
+func requireAnswers(t *testing.T, tr *Transport, code int) {
 	t.Helper()
 	resp, err := get(t, tr, testURL)
 	require.NoError(t, err)
@@ -139,13 +139,13 @@ func TestLongestDurationsMeanVeryLong(t *testing.T) {
 		file: `{"call_timeout": "` + longestText + `", "min_requests": 1}`,
 		check: func(t *testing.T, tr *Transport, d *honestDep) {
 			for i := range 30 {
-				requireAnswered(t, tr, http.StatusOK)
+				requireAnswers(t, tr, http.StatusOK)
 				require.Equal(t, StateClosed, tr.State(testKey), "call %d", i+1)
 			}
 			d.mu.Lock()
 			d.delay = 1000 * time.Hour
 			d.mu.Unlock()
-			requireAnswered(t, tr, http.StatusOK) // a slow call is not cut
+			requireAnswers(t, tr, http.StatusOK) // a slow call is not cut
 			require.Equal(t, StateClosed, tr.State(testKey))
 			require.Zero(t, d.nearDeadlines.Load(), "the call timeout set a deadline the clock reaches")
 			require.EqualValues(t, 31, d.calls.Load())
@@ -162,7 +162,7 @@ func TestLongestDurationsMeanVeryLong(t *testing.T) {
 			d.set(http.StatusOK, nil)
 			for i := range 3 {
 				require.Equal(t, StateHalfOpen, tr.State(testKey), "before probe %d", i+1)
-				requireAnswered(t, tr, http.StatusOK)
+				requireAnswers(t, tr, http.StatusOK)
 			}
 			require.Equal(t, StateClosed, tr.State(testKey), "three good probes close it")
 		},
@@ -175,11 +175,11 @@ func TestLongestDurationsMeanVeryLong(t *testing.T) {
 			_, _ = get(t, tr, testURL)
 			require.Equal(t, time.Second, openFor(t, tr))
 			time.Sleep(time.Second)
-			requireAnswered(t, tr, http.StatusInternalServerError) // the probe fails
+			requireAnswers(t, tr, http.StatusInternalServerError) // the probe fails
 			require.Equal(t, 2*time.Second, openFor(t, tr), "backed off: doubled")
 			requireRefused(t, tr, "2")
 			time.Sleep(2 * time.Second)
-			requireAnswered(t, tr, http.StatusInternalServerError)
+			requireAnswers(t, tr, http.StatusInternalServerError)
 			require.Equal(t, 4*time.Second, openFor(t, tr), "doubled again")
 		},
 	}, {
@@ -201,7 +201,7 @@ func TestLongestDurationsMeanVeryLong(t *testing.T) {
 			d.delay = 1000 * time.Hour
 			d.mu.Unlock()
 			for i := range 5 {
-				requireAnswered(t, tr, http.StatusOK)
+				requireAnswers(t, tr, http.StatusOK)
 				require.Equal(t, StateClosed, tr.State(testKey), "call %d", i+1)
 			}
 			s := tr.Snapshot()[0]
@@ -215,7 +215,7 @@ func TestLongestDurationsMeanVeryLong(t *testing.T) {
 		check: func(t *testing.T, tr *Transport, d *honestDep) {
 			d.set(http.StatusTooManyRequests, nil)
 			for i := range 300 { // 30s of nothing but 429s: three default windows
-				requireAnswered(t, tr, http.StatusTooManyRequests)
+				requireAnswers(t, tr, http.StatusTooManyRequests)
 				require.Equal(t, StateClosed, tr.State(testKey), "429 %d", i+1)
 				time.Sleep(100 * time.Millisecond)
 			}
@@ -228,14 +228,14 @@ func TestLongestDurationsMeanVeryLong(t *testing.T) {
 		check: func(t *testing.T, tr *Transport, d *honestDep) {
 			d.set(http.StatusInternalServerError, nil)
 			for i := range 3 {
-				requireAnswered(t, tr, http.StatusInternalServerError)
+				requireAnswers(t, tr, http.StatusInternalServerError)
 				time.Sleep(24 * time.Hour)
 				require.Equal(t, StateClosed, tr.State(testKey), "failure %d", i+1)
 			}
 			s := tr.Snapshot()[0]
 			require.EqualValues(t, 3, s.Requests, "three days later, all three are in the window")
 			require.EqualValues(t, 3, s.Failures)
-			requireAnswered(t, tr, http.StatusInternalServerError)
+			requireAnswers(t, tr, http.StatusInternalServerError)
 			require.Equal(t, StateOpen, tr.State(testKey), "the fourth trips it")
 		},
 	}, {
@@ -273,7 +273,7 @@ func TestLongestDurationsMeanVeryLong(t *testing.T) {
 			require.True(t, tr.Snapshot()[0].RetryAt.After(time.Now().Add(century)))
 			require.Zero(t, d.calls.Load())
 			tr.Reset(testKey)
-			requireAnswered(t, tr, http.StatusOK)
+			requireAnswers(t, tr, http.StatusOK)
 		},
 	}} {
 		forms := map[string][]Option{"Go": tc.opts}
@@ -458,7 +458,7 @@ func TestCallerDeadlinePastAtAdmissionIsIgnored(t *testing.T) {
 					require.Zero(t, s.Requests, "ignored: not in the window")
 					require.Zero(t, s.Failures)
 
-					requireAnswered(t, tr, http.StatusInternalServerError)
+					requireAnswers(t, tr, http.StatusInternalServerError)
 					require.Equal(t, StateOpen, tr.State(testKey), "a real failure still trips it")
 				})
 			})
@@ -641,7 +641,7 @@ func TestHalfOpenProbeThrottledReopensForRetryAfter(t *testing.T) {
 
 		d.set(http.StatusTooManyRequests, nil)
 		d.setHeader(http.Header{"Retry-After": {"20"}})
-		requireAnswered(t, tr, http.StatusTooManyRequests) // the probe
+		requireAnswers(t, tr, http.StatusTooManyRequests) // the probe
 		require.Equal(t, StateOpen, tr.State(testKey), "a throttled probe reopens")
 		require.Equal(t, 20*time.Second, openFor(t, tr), "for its Retry-After (the 2s backoff is shorter)")
 		last := rec.last(t)
@@ -660,7 +660,7 @@ func TestHalfOpenProbeThrottledReopensForRetryAfter(t *testing.T) {
 		require.Equal(t, StateHalfOpen, tr.State(testKey))
 		d.setHeader(nil)
 		d.set(http.StatusInternalServerError, nil)
-		requireAnswered(t, tr, http.StatusInternalServerError) // the next probe fails
+		requireAnswers(t, tr, http.StatusInternalServerError) // the next probe fails
 		require.Equal(t, 4*time.Second, openFor(t, tr), "1s doubled for each failed cycle, the throttled one included")
 		require.Equal(t, ReasonProbeFailed, rec.last(t).Reason)
 	})
@@ -689,7 +689,7 @@ func TestHalfOpenProbeThrottledOpenPeriodBounds(t *testing.T) {
 				if tc.retryAfter != "" {
 					d.setHeader(http.Header{"Retry-After": {tc.retryAfter}})
 				}
-				requireAnswered(t, tr, http.StatusTooManyRequests)
+				requireAnswers(t, tr, http.StatusTooManyRequests)
 				require.Equal(t, tc.want, openFor(t, tr))
 				require.Equal(t, ReasonThrottled, rec.last(t).Reason)
 				requireRefused(t, tr, strconv.Itoa(int(tc.want/time.Second)))

@@ -16,7 +16,10 @@ import (
 // New settings decide from the next decision on: an open breaker keeps
 // the open period it has, and calls already admitted finish under the
 // settings they were admitted with. A key switched to ModeOff loses its
-// breaker; a key switched back from it starts closed.
+// breaker; a key switched back from it starts closed. A bulkhead resized
+// applies at once: a larger one admits its waiters, oldest first, before
+// any newcomer; a smaller one admits nobody until the calls in flight
+// fall below it; no call in flight is cut.
 //
 // The options that shape the Transport (WithKeyFunc, WithRoutes,
 // WithMaxBreakers, WithMetrics, WithLogger, WithOnTransition, WithObserver, WithStore)
@@ -76,6 +79,7 @@ func (t *Transport) update(opts []Option) error {
 		}
 		k.pol.Store(to)
 		k.b.configure(&to.settings)
+		k.wake() // a larger bulkhead admits its waiters at once
 		return true
 	})
 	for _, k := range gone {
