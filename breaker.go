@@ -147,12 +147,6 @@ type transition struct {
 	box        *outbox // the breaker's outbox it is queued in
 }
 
-// fleet is what a breaker asks of the instances it shares an outage
-// with: whether it may probe for all of them. A Member is one.
-type fleet interface {
-	ProbeLease(key string, ttl time.Duration) Lease
-}
-
 // probe is a half-open probe in flight.
 type probe struct {
 	id    uint64
@@ -317,19 +311,6 @@ func (b *breaker) admitState(now int64, s *settings) (ticket, rejectReason, *tra
 	}
 	b.mu.Unlock()
 	return tk, reason, tr
-}
-
-// adopt returns a ticket of b's current generation for a call admitted
-// through another breaker of the same key (see Transport.settle), or
-// false when b is not closed: then the call was admitted in a state that
-// is over, and says nothing now.
-func (b *breaker) adopt(tk ticket) (ticket, bool) {
-	w := b.word.Load()
-	if stateOf(w) != StateClosed || tk.probe != 0 {
-		return ticket{}, false
-	}
-	tk.gen = genOf(w)
-	return tk, true
 }
 
 // count takes the outcome o of the call tk at clock time now, with the
@@ -729,124 +710,4 @@ func (b *breaker) idle(now int64) bool {
 	}
 	c := b.window().sums(now)
 	return c.requests()+c[OutcomeIgnored] == 0
-}
-
-// hintOpen takes a fleet's word at clock time now that the dependency is
-// down for d more, after cycles failed probe cycles: a closed breaker
-// opens for d, but never for longer than its maximum open timeout; an
-// open one stays open at least that long; and in any state the breaker
-// backs off from at least cycles from now on.
-func (b *breaker) hintOpen(now int64, d time.Duration, cycles int) *transition {
-	if d <= 0 {
-		return nil
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.cycles = max(b.cycles, cycles)
-	d = min(d, b.cfg.Load().maxOpenTimeout)
-	switch stateOf(b.word.Load()) {
-	case StateOpen:
-		if until := later(now, d); until > b.retryAt.Load() {
-			b.retryAt.Store(until) // the fleet knows it is down for longer
-		}
-		return nil
-	case StateHalfOpen:
-		return nil
-	}
-	tr := b.openLocked(now, d, ReasonFleet, b.countsLocked(now))
-	if tr != nil {
-		tr.fleet = true
-	}
-	return b.queueLocked(tr)
-}
-
-// hintClose takes a fleet's word at clock time now that the dependency
-// is back: an open or half-open breaker closes, unless an operator opened
-// it (only a reset closes that).
-func (b *breaker) hintClose(now int64) *transition {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if stateOf(b.word.Load()) == StateClosed || b.operator {
-		return nil
-	}
-	tr := b.closeLocked(now, ReasonFleet)
-	if tr != nil {
-		tr.fleet = true
-	}
-	return b.queueLocked(tr)
-}
-
-// stats is what Snapshot, the status page and metrics read of a breaker,
-// all at once, as of one clock time.
-type stats struct {
-	state       State  // as displayLocked shows it
-	since       int64  // clock time it entered state
-	reason      Reason // why it is in state
-	retryAt     int64  // clock time an open breaker lets probes go; 0 otherwise
-	window      counts
-	totals      counts
-	transitions [numTransitionKinds]int64
-	open        time.Duration // time spent open, never decreasing
-	probes      [numProbeResults]int64
-}
-
-// stats returns b's stats as of clock time now, applying any transition
-// time alone has caused (advance false only reads: a scrape changes
-// nothing).
-func (b *breaker) stats(now int64, advance bool) (stats, *transition) {
-	var st stats
-	var tr *transition
-	b.mu.Lock()
-	if advance {
-		tr = b.queueLocked(b.advanceLocked(now, b.cfg.Load(), false))
-	}
-	st.state, st.since, st.reason = b.displayLocked(now)
-	if st.state == StateOpen {
-		st.retryAt = b.retryAt.Load()
-	}
-	st.transitions = b.transitions
-	st.probes = b.results
-	st.open = time.Duration(b.openTotalLocked(now))
-	b.mu.Unlock()
-	st.window = b.window().sums(now)
-	st.totals = b.window().totals()
-	return st, tr
-}
-
-// transitionKinds are the transitions a breaker can make, each with the
-// reasons it can be made for: one series of breaker_transitions_total
-// each.
-var transitionKinds = [...]struct {
-	from, to State
-	reason   Reason
-}{
-	{StateClosed, StateOpen, ReasonFailureRate},
-	{StateClosed, StateOpen, ReasonThrottled},
-	{StateClosed, StateOpen, ReasonTrip},
-	{StateClosed, StateOpen, ReasonFleet},
-	{StateOpen, StateHalfOpen, ReasonOpenElapsed},
-	{StateHalfOpen, StateOpen, ReasonProbeFailed},
-	{StateHalfOpen, StateOpen, ReasonThrottled},
-	{StateHalfOpen, StateOpen, ReasonProbeTimeout},
-	{StateHalfOpen, StateOpen, ReasonTrip},
-	{StateHalfOpen, StateClosed, ReasonProbesSucceeded},
-	{StateHalfOpen, StateClosed, ReasonReset},
-	{StateHalfOpen, StateClosed, ReasonFleet},
-	{StateOpen, StateClosed, ReasonReset},
-	{StateOpen, StateClosed, ReasonFleet},
-}
-
-// numTransitionKinds is the number of transitionKinds.
-const numTransitionKinds = len(transitionKinds)
-
-// transitionKind returns the index in transitionKinds of a transition
-// from → to for reason, or -1 for a combination the machine does not
-// make (a test proves it makes none).
-func transitionKind(from, to State, reason Reason) int {
-	for i, k := range transitionKinds {
-		if k.from == from && k.to == to && k.reason == reason {
-			return i
-		}
-	}
-	return -1
 }

@@ -169,3 +169,16 @@ func (t *Transport) evictLocked(now int64) bool {
 	victim.evicted.Store(true)
 	return true
 }
+
+// adopt returns a ticket of b's current generation for a call admitted
+// through another breaker of the same key (see Transport.settle), or
+// false when b is not closed: then the call was admitted in a state that
+// is over, and says nothing now.
+func (b *breaker) adopt(tk ticket) (ticket, bool) {
+	w := b.word.Load()
+	if stateOf(w) != StateClosed || tk.probe != 0 {
+		return ticket{}, false
+	}
+	tk.gen = genOf(w)
+	return tk, true
+}

@@ -175,3 +175,40 @@ func (t *Transport) StatusHandler() http.Handler {
 		_ = enc.Encode(out)
 	})
 }
+
+// stats is what Snapshot, the status page and metrics read of a breaker,
+// all at once, as of one clock time.
+type stats struct {
+	state       State  // as displayLocked shows it
+	since       int64  // clock time it entered state
+	reason      Reason // why it is in state
+	retryAt     int64  // clock time an open breaker lets probes go; 0 otherwise
+	window      counts
+	totals      counts
+	transitions [numTransitionKinds]int64
+	open        time.Duration // time spent open, never decreasing
+	probes      [numProbeResults]int64
+}
+
+// stats returns b's stats as of clock time now, applying any transition
+// time alone has caused (advance false only reads: a scrape changes
+// nothing).
+func (b *breaker) stats(now int64, advance bool) (stats, *transition) {
+	var st stats
+	var tr *transition
+	b.mu.Lock()
+	if advance {
+		tr = b.queueLocked(b.advanceLocked(now, b.cfg.Load(), false))
+	}
+	st.state, st.since, st.reason = b.displayLocked(now)
+	if st.state == StateOpen {
+		st.retryAt = b.retryAt.Load()
+	}
+	st.transitions = b.transitions
+	st.probes = b.results
+	st.open = time.Duration(b.openTotalLocked(now))
+	b.mu.Unlock()
+	st.window = b.window().sums(now)
+	st.totals = b.window().totals()
+	return st, tr
+}
