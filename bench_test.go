@@ -118,8 +118,8 @@ func BenchmarkQueueContended(b *testing.B) {
 			}
 		}
 	})
-	if c := tr.breakers.get("api.example.com"); c.b.inflight.Load() != 0 || c.line.waiting.Load() != 0 {
-		b.Fatalf("places lost: %d in flight, %d waiting", c.b.inflight.Load(), c.line.waiting.Load())
+	if c := tr.breakers.get("api.example.com"); c.bulk.inflight.Load() != 0 || c.bulk.waiting.Load() != 0 {
+		b.Fatalf("places lost: %d in flight, %d waiting", c.bulk.inflight.Load(), c.bulk.waiting.Load())
 	}
 }
 

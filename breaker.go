@@ -64,24 +64,11 @@ type settings struct {
 	throttleSustain time.Duration // how long 429s must make up the rate to count
 	maxConcurrent   int64         // bulkhead: calls in flight; 0: unlimited
 
-	retryRatio, retryMinPerSecond float64 // the retry budget; both 0: none
+	retryBudget RetryBudget // zero: none
 }
 
-// defaultSettings returns the defaults, which follow Hystrix's where
-// they fit (see the options' docs).
-func defaultSettings() settings {
-	return settings{
-		window:          10 * time.Second,
-		minRequests:     20,
-		failureRate:     0.5,
-		openTimeout:     5 * time.Second,
-		maxOpenTimeout:  defaultMaxOpenTimeout,
-		jitter:          0.2,
-		halfOpenProbes:  1,
-		probesToClose:   3,
-		throttleSustain: 10 * time.Second,
-	}
-}
+// defaultSettings returns the defaults: the tunables' (see settings.go).
+func defaultSettings() settings { return defaultConfig().settings }
 
 // defaultMaxOpenTimeout is the maximum open timeout when none is set and
 // the open timeout is not longer.
@@ -142,6 +129,7 @@ type ticket struct {
 	gen   uint64    // the generation it was admitted in
 	probe uint64    // the half-open probe slot it holds; 0 for none
 	start int64     // clock time of its admission
+	place bool      // it holds a place in its circuit's bulkhead (see circuit.release)
 }
 
 // transition is a state change, queued in the breaker's outbox where it
@@ -159,12 +147,6 @@ type transition struct {
 	box        *outbox // the breaker's outbox it is queued in
 }
 
-// fleet is what a breaker asks of the instances it shares an outage
-// with: whether it may probe for all of them. A Member is one.
-type fleet interface {
-	ProbeLease(key string, ttl time.Duration) Lease
-}
-
 // probe is a half-open probe in flight.
 type probe struct {
 	id    uint64
@@ -172,10 +154,9 @@ type probe struct {
 }
 
 // breaker is the state machine of one key. The closed path is lock-free:
-// admission is one atomic load and one atomic add, recording an outcome
-// one atomic add in the window and one to give the place back. Every
-// transition happens under mu, exactly once: it checks that the
-// generation it saw is still current.
+// admission is one atomic load, recording an outcome one atomic add in
+// the window. Every transition happens under mu, exactly once: it checks
+// that the generation it saw is still current.
 type breaker struct {
 	key   string
 	fleet fleet // nil without a Store
@@ -185,8 +166,6 @@ type breaker struct {
 	// retryAt is the clock time at which an open breaker lets probes go.
 	// Stored before word when opening.
 	retryAt atomic.Int64
-	// inflight counts the calls in the bulkhead; kept only with one.
-	inflight atomic.Int64
 
 	// win is the rolling window; a new one when the window's length
 	// changes (see configure).
@@ -270,39 +249,21 @@ func (b *breaker) configure(s *settings) {
 func stateOf(w uint64) State { return State(w & 3) }
 func genOf(w uint64) uint64  { return w >> 2 }
 
-// admit decides at clock time now whether a call may go, by settings s:
-// first the bulkhead, then the state. A call refused by a full bulkhead
-// while the breaker is open is refused as open, so that its caller learns
-// when the open period ends. An admitted call must give back its place
-// with release and be counted with count.
+// admit decides at clock time now, by state and settings s, whether a
+// call may go. An admitted call must be counted with count. (The
+// bulkhead, which comes before the state, is the circuit's: see
+// circuit.admit.)
 func (b *breaker) admit(now int64, s *settings) (ticket, rejectReason, *transition) {
-	if w := b.word.Load(); stateOf(w) == StateClosed && s.maxConcurrent == 0 {
+	if w := b.word.Load(); stateOf(w) == StateClosed {
 		return ticket{s: s, gen: genOf(w), start: now}, admitted, nil // nothing to hold
 	}
-	return b.admitHeld(now, s)
+	return b.admitState(now, s)
 }
 
-// admitHeld is admit when there is a bulkhead place or a probe slot to
-// take, or a refusal to decide.
-func (b *breaker) admitHeld(now int64, s *settings) (ticket, rejectReason, *transition) {
-	if s.maxConcurrent == 0 {
-		return b.admitState(now, s)
-	}
-	if !b.tryPlace(s) {
-		if stateOf(b.word.Load()) == StateOpen && now < b.retryAt.Load() {
-			return b.refuse(rejectOpen)
-		}
-		return b.refuse(rejectBulkhead)
-	}
-	giveBack := true
-	defer func() {
-		if giveBack { // refused by state, or the fleet's ProbeLease panicked
-			b.inflight.Add(-1)
-		}
-	}()
-	tk, reason, tr := b.admitState(now, s)
-	giveBack = reason != admitted
-	return tk, reason, tr
+// openAt reports whether b refuses every call at clock time now: it is
+// open, and its open period has not ended.
+func (b *breaker) openAt(now int64) bool {
+	return stateOf(b.word.Load()) == StateOpen && now < b.retryAt.Load()
 }
 
 // refuse is admit's answer for a call refused for reason.
@@ -350,44 +311,6 @@ func (b *breaker) admitState(now int64, s *settings) (ticket, rejectReason, *tra
 	}
 	b.mu.Unlock()
 	return tk, reason, tr
-}
-
-// release gives back the place the admitted call tk held in the
-// bulkhead, if there is one. Call it once per admitted call, when its
-// headers have arrived or it failed.
-func (b *breaker) release(tk ticket) {
-	if tk.s.maxConcurrent > 0 {
-		b.inflight.Add(-1)
-	}
-}
-
-// tryPlace takes a place in the bulkhead of settings s if one is free.
-// It never counts a place it does not take, even for an instant: a
-// caller that found the bulkhead full because another only looked at it
-// could wait for a place nobody holds (see circuit.wake).
-func (b *breaker) tryPlace(s *settings) bool {
-	for {
-		n := b.inflight.Load()
-		if n >= s.maxConcurrent {
-			return false
-		}
-		if b.inflight.CompareAndSwap(n, n+1) {
-			return true
-		}
-	}
-}
-
-// adopt returns a ticket of b's current generation for a call admitted
-// through another breaker of the same key (see Transport.settle), or
-// false when b is not closed: then the call was admitted in a state that
-// is over, and says nothing now.
-func (b *breaker) adopt(tk ticket) (ticket, bool) {
-	w := b.word.Load()
-	if stateOf(w) != StateClosed || tk.probe != 0 {
-		return ticket{}, false
-	}
-	tk.gen = genOf(w)
-	return tk, true
 }
 
 // count takes the outcome o of the call tk at clock time now, with the
@@ -777,133 +700,14 @@ func (b *breaker) reset(now int64, fleet bool) *transition {
 }
 
 // idle reports whether the breaker can be evicted at clock time now:
-// closed, older than a window, no call in its bulkhead, and nothing
-// recorded in its window. Other calls may still be in flight: their
-// outcomes count for the key's next breaker (see Transport.settle).
+// closed, older than a window, and nothing recorded in its window. (Its
+// circuit's bulkhead must be empty too: see Transport.evictLocked.)
+// Other calls may still be in flight: their outcomes count for the key's
+// next breaker (see Transport.settle).
 func (b *breaker) idle(now int64) bool {
-	if stateOf(b.word.Load()) != StateClosed || b.inflight.Load() != 0 || now-b.created < int64(b.cfg.Load().window) {
+	if stateOf(b.word.Load()) != StateClosed || now-b.created < int64(b.cfg.Load().window) {
 		return false
 	}
 	c := b.window().sums(now)
 	return c.requests()+c[OutcomeIgnored] == 0
-}
-
-// hintOpen takes a fleet's word at clock time now that the dependency is
-// down for d more, after cycles failed probe cycles: a closed breaker
-// opens for d, but never for longer than its maximum open timeout; an
-// open one stays open at least that long; and in any state the breaker
-// backs off from at least cycles from now on.
-func (b *breaker) hintOpen(now int64, d time.Duration, cycles int) *transition {
-	if d <= 0 {
-		return nil
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.cycles = max(b.cycles, cycles)
-	d = min(d, b.cfg.Load().maxOpenTimeout)
-	switch stateOf(b.word.Load()) {
-	case StateOpen:
-		if until := later(now, d); until > b.retryAt.Load() {
-			b.retryAt.Store(until) // the fleet knows it is down for longer
-		}
-		return nil
-	case StateHalfOpen:
-		return nil
-	}
-	tr := b.openLocked(now, d, ReasonFleet, b.countsLocked(now))
-	if tr != nil {
-		tr.fleet = true
-	}
-	return b.queueLocked(tr)
-}
-
-// hintClose takes a fleet's word at clock time now that the dependency
-// is back: an open or half-open breaker closes, unless an operator opened
-// it (only a reset closes that).
-func (b *breaker) hintClose(now int64) *transition {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if stateOf(b.word.Load()) == StateClosed || b.operator {
-		return nil
-	}
-	tr := b.closeLocked(now, ReasonFleet)
-	if tr != nil {
-		tr.fleet = true
-	}
-	return b.queueLocked(tr)
-}
-
-// stats is what Snapshot, the status page and metrics read of a breaker,
-// all at once, as of one clock time.
-type stats struct {
-	state       State  // as displayLocked shows it
-	since       int64  // clock time it entered state
-	reason      Reason // why it is in state
-	retryAt     int64  // clock time an open breaker lets probes go; 0 otherwise
-	window      counts
-	totals      counts
-	transitions [numTransitionKinds]int64
-	open        time.Duration // time spent open, never decreasing
-	probes      [numProbeResults]int64
-}
-
-// stats returns b's stats as of clock time now, applying any transition
-// time alone has caused (advance false only reads: a scrape changes
-// nothing).
-func (b *breaker) stats(now int64, advance bool) (stats, *transition) {
-	var st stats
-	var tr *transition
-	b.mu.Lock()
-	if advance {
-		tr = b.queueLocked(b.advanceLocked(now, b.cfg.Load(), false))
-	}
-	st.state, st.since, st.reason = b.displayLocked(now)
-	if st.state == StateOpen {
-		st.retryAt = b.retryAt.Load()
-	}
-	st.transitions = b.transitions
-	st.probes = b.results
-	st.open = time.Duration(b.openTotalLocked(now))
-	b.mu.Unlock()
-	st.window = b.window().sums(now)
-	st.totals = b.window().totals()
-	return st, tr
-}
-
-// transitionKinds are the transitions a breaker can make, each with the
-// reasons it can be made for: one series of breaker_transitions_total
-// each.
-var transitionKinds = [...]struct {
-	from, to State
-	reason   Reason
-}{
-	{StateClosed, StateOpen, ReasonFailureRate},
-	{StateClosed, StateOpen, ReasonThrottled},
-	{StateClosed, StateOpen, ReasonTrip},
-	{StateClosed, StateOpen, ReasonFleet},
-	{StateOpen, StateHalfOpen, ReasonOpenElapsed},
-	{StateHalfOpen, StateOpen, ReasonProbeFailed},
-	{StateHalfOpen, StateOpen, ReasonThrottled},
-	{StateHalfOpen, StateOpen, ReasonProbeTimeout},
-	{StateHalfOpen, StateOpen, ReasonTrip},
-	{StateHalfOpen, StateClosed, ReasonProbesSucceeded},
-	{StateHalfOpen, StateClosed, ReasonReset},
-	{StateHalfOpen, StateClosed, ReasonFleet},
-	{StateOpen, StateClosed, ReasonReset},
-	{StateOpen, StateClosed, ReasonFleet},
-}
-
-// numTransitionKinds is the number of transitionKinds.
-const numTransitionKinds = len(transitionKinds)
-
-// transitionKind returns the index in transitionKinds of a transition
-// from → to for reason, or -1 for a combination the machine does not
-// make (a test proves it makes none).
-func transitionKind(from, to State, reason Reason) int {
-	for i, k := range transitionKinds {
-		if k.from == from && k.to == to && k.reason == reason {
-			return i
-		}
-	}
-	return -1
 }

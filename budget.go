@@ -3,6 +3,7 @@ package httpbreaker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"strings"
@@ -51,20 +52,34 @@ var ErrRetryBudget = errors.New("httpbreaker: retry budget exhausted")
 // costs the closed path the reading of three headers and one atomic add
 // per call; without one, nothing.
 func WithRetryBudget(ratio, minPerSecond float64) Option {
-	return tunable("WithRetryBudget", func(c *config) {
-		switch {
-		case !(ratio >= 0 && ratio <= math.MaxFloat64):
-			c.invalid("WithRetryBudget", "ratio must be finite and not negative, got %v", ratio)
-		case !(minPerSecond >= 0 && minPerSecond <= math.MaxFloat64):
-			c.invalid("WithRetryBudget", "minPerSecond must be finite and not negative, got %v", minPerSecond)
-		default:
-			c.retryRatio, c.retryMinPerSecond = ratio, minPerSecond
-		}
-	})
+	return retryBudgetRow.with(RetryBudget{Ratio: ratio, MinPerSecond: minPerSecond})
 }
 
+// RetryBudget is a retry budget's two numbers (see WithRetryBudget), as
+// Settings shows them and a file holds them:
+// "retry_budget": {"ratio": 0.2, "min_per_second": 10}. The zero
+// RetryBudget is none.
+type RetryBudget struct {
+	Ratio        float64 `json:"ratio"`          // retries per admitted first attempt
+	MinPerSecond float64 `json:"min_per_second"` // retries per second of the window, whatever the traffic
+}
+
+// check says why b is out of bounds, or "".
+func (b RetryBudget) check() string {
+	switch {
+	case !(b.Ratio >= 0 && b.Ratio <= math.MaxFloat64):
+		return fmt.Sprintf("ratio must be finite and not negative, got %v", b.Ratio)
+	case !(b.MinPerSecond >= 0 && b.MinPerSecond <= math.MaxFloat64):
+		return fmt.Sprintf("min_per_second must be finite and not negative, got %v", b.MinPerSecond)
+	}
+	return ""
+}
+
+// form says what a file must give for a RetryBudget, for errors.
+func (RetryBudget) form() string { return `an object such as {"ratio": 0.2, "min_per_second": 10}` }
+
 // budgeted reports whether settings s hold a retry budget.
-func (s *settings) budgeted() bool { return s.retryRatio > 0 || s.retryMinPerSecond > 0 }
+func (s *settings) budgeted() bool { return s.retryBudget != RetryBudget{} }
 
 // retryKey marks a context whose request is a retry (see MarkRetry).
 type retryKey struct{}
@@ -169,7 +184,7 @@ func (b *breaker) budgetWindow() *window {
 // through at clock time now.
 func (b *breaker) allowRetry(now int64, s *settings) bool {
 	c := b.budgetWindow().sums(now)
-	allowance := s.retryRatio*float64(c[budgetFirst]) + s.retryMinPerSecond*s.window.Seconds()
+	allowance := s.retryBudget.Ratio*float64(c[budgetFirst]) + s.retryBudget.MinPerSecond*s.window.Seconds()
 	return float64(c[budgetRetry]+1) <= math.Floor(allowance)
 }
 

@@ -208,3 +208,24 @@ func TestRetryBudgetPolicyAndUpdate(t *testing.T) {
 }
 
 func zero() float64 { return 0 }
+
+func TestRetryBudgetInTheFile(t *testing.T) {
+	cfg, err := ParseConfig([]byte(`{"retry_budget": {"ratio": 0.2, "min_per_second": 10},
+		"policies": {"api.test": {"retry_budget": {"ratio": 0, "min_per_second": 0}}, "other.test": {"min_requests": 5}}}`))
+	require.NoError(t, err)
+	opts, err := cfg.Options()
+	require.NoError(t, err)
+	tr := New(newDep(200), opts...)
+	_, _ = get(t, tr, testURL)
+	_, _ = get(t, tr, "http://other.test/")
+	st := tr.Snapshot()
+	require.Equal(t, RetryBudget{}, st[0].Settings.RetryBudget, "the policy's zeros turn the budget off")
+	require.Equal(t, RetryBudget{Ratio: 0.2, MinPerSecond: 10}, st[1].Settings.RetryBudget, "inherited")
+
+	_, err = ParseConfig([]byte(`{"retry_budget": {"ratio": -1, "min_per_second": 0}}`))
+	require.ErrorContains(t, err, "retry_budget: ratio must be finite and not negative, got -1")
+	_, err = ParseConfig([]byte(`{"retry_budget": 0.2}`))
+	require.ErrorContains(t, err, `retry_budget: want an object such as {"ratio": 0.2, "min_per_second": 10}`)
+	_, err = ParseConfig([]byte(`{"retry_budget": {"ratio": 0.2, "floor": 1}}`))
+	require.Error(t, err, "unknown fields inside are refused")
+}

@@ -22,8 +22,9 @@ type circuit struct {
 	// rejected counts refused calls by reason; shadowed the calls a
 	// breaker in ModeShadow would have refused, and let through.
 	rejected, shadowed [numReasons]atomic.Int64
-	// line is the bulkhead's waiting line, under WithQueue.
-	line queue
+	// bulk is the bulkhead's places and waiting line (WithMaxConcurrent,
+	// WithQueue).
+	bulk bulkhead
 }
 
 // key is the circuit's key.
@@ -154,7 +155,7 @@ func (t *Transport) evictLocked(now int64) bool {
 	}
 	var victim *circuit
 	t.breakers.each(func(c *circuit) bool {
-		if c.pol.Load().mode == ModeOff || c.b.idle(now) { // an off key keeps nothing worth keeping
+		if c.pol.Load().mode == ModeOff || c.bulk.inflight.Load() == 0 && c.b.idle(now) { // an off key keeps nothing worth keeping
 			victim = c
 			return false
 		}
@@ -167,4 +168,17 @@ func (t *Transport) evictLocked(now int64) bool {
 	t.breakers.remove(victim)
 	victim.evicted.Store(true)
 	return true
+}
+
+// adopt returns a ticket of b's current generation for a call admitted
+// through another breaker of the same key (see Transport.settle), or
+// false when b is not closed: then the call was admitted in a state that
+// is over, and says nothing now.
+func (b *breaker) adopt(tk ticket) (ticket, bool) {
+	w := b.word.Load()
+	if stateOf(w) != StateClosed || tk.probe != 0 {
+		return ticket{}, false
+	}
+	tk.gen = genOf(w)
+	return tk, true
 }

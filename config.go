@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -27,14 +28,22 @@ import (
 // settings of each selector (see WithPolicy). Field names are snake_case;
 // durations are Go duration strings ("800ms", "1m30s"). An unset field
 // inherits (from the defaults, or from the wider level); an explicit zero
-// is a value ("jitter": 0 means no jitter). Decoding refuses unknown
-// fields, naming the selector and the field. Config round-trips through
-// encoding/json.
+// is a value ("jitter": 0 means no jitter), and each field inherits on its
+// own (a policy naming only "queue" keeps the inherited "queue_wait"). A
+// narrower level turns off what a wider one turned on: "body_errors":
+// false, "reject_as_error": false, "call_timeout": "0s". Config
+// round-trips through encoding/json.
+//
+// Decoding refuses an unknown field, a selector or a field given twice,
+// and null for a field; a wrong type names the field and the form it
+// wants. Options (and ParseConfig) refuse a bad value or a relation that
+// does not hold, naming the selector and the field as the file does:
+// policies["pricing.internal"].max_open_timeout: must be at least
+// open_timeout (30s).
 //
 // What a Config cannot say — classifiers, fallbacks, the options that
 // shape the Transport — is given as options beside it:
-// New(next, append(cfg.Options(), WithFallback(f))...) after checking
-// cfg.Validate.
+// opts, err := cfg.Options(), then New(next, append(opts, WithFallback(f))...).
 type Config struct {
 	PolicyConfig
 	// Policies are the settings of each selector, over the top level.
@@ -42,26 +51,27 @@ type Config struct {
 }
 
 // PolicyConfig is one level of a Config: the Transport-wide settings, or
-// one selector's. Each field is the option of the same name; nil is
-// unset.
+// one selector's. Each field is the option of the same name (see the
+// table of tunables in settings.go); nil is unset.
 type PolicyConfig struct {
-	Mode              *Mode     `json:"mode,omitempty"`                // WithMode: "enforce", "shadow" or "off"
-	FailureRate       *float64  `json:"failure_rate,omitempty"`        // WithFailureRate
-	MinRequests       *int      `json:"min_requests,omitempty"`        // WithMinRequests
-	Window            *Duration `json:"window,omitempty"`              // WithWindow
-	SlowCallThreshold *Duration `json:"slow_call_threshold,omitempty"` // WithSlowCallThreshold
-	OpenTimeout       *Duration `json:"open_timeout,omitempty"`        // WithOpenTimeout
-	MaxOpenTimeout    *Duration `json:"max_open_timeout,omitempty"`    // WithMaxOpenTimeout
-	Jitter            *float64  `json:"jitter,omitempty"`              // WithJitter
-	HalfOpenProbes    *int      `json:"half_open_probes,omitempty"`    // WithHalfOpenProbes
-	ProbesToClose     *int      `json:"probes_to_close,omitempty"`     // WithProbesToClose
-	ThrottleSustain   *Duration `json:"throttle_sustain,omitempty"`    // WithThrottleSustain
-	MaxConcurrent     *int      `json:"max_concurrent,omitempty"`      // WithMaxConcurrent
-	Queue             *int      `json:"queue,omitempty"`               // WithQueue's length
-	QueueWait         *Duration `json:"queue_wait,omitempty"`          // WithQueue's maximum wait
-	CallTimeout       *Duration `json:"call_timeout,omitempty"`        // WithCallTimeout
-	BodyErrors        *bool     `json:"body_errors,omitempty"`         // WithBodyErrors (true only)
-	RejectAsError     *bool     `json:"reject_as_error,omitempty"`     // WithRejectAsError (true only)
+	Mode              *Mode        `json:"mode,omitempty"`                // WithMode: "enforce", "shadow" or "off"
+	FailureRate       *float64     `json:"failure_rate,omitempty"`        // WithFailureRate
+	MinRequests       *int         `json:"min_requests,omitempty"`        // WithMinRequests
+	Window            *Duration    `json:"window,omitempty"`              // WithWindow
+	SlowCallThreshold *Duration    `json:"slow_call_threshold,omitempty"` // WithSlowCallThreshold
+	OpenTimeout       *Duration    `json:"open_timeout,omitempty"`        // WithOpenTimeout
+	MaxOpenTimeout    *Duration    `json:"max_open_timeout,omitempty"`    // WithMaxOpenTimeout
+	Jitter            *float64     `json:"jitter,omitempty"`              // WithJitter
+	HalfOpenProbes    *int         `json:"half_open_probes,omitempty"`    // WithHalfOpenProbes
+	ProbesToClose     *int         `json:"probes_to_close,omitempty"`     // WithProbesToClose
+	ThrottleSustain   *Duration    `json:"throttle_sustain,omitempty"`    // WithThrottleSustain
+	MaxConcurrent     *int         `json:"max_concurrent,omitempty"`      // WithMaxConcurrent
+	Queue             *int         `json:"queue,omitempty"`               // WithQueue's length, on its own
+	QueueWait         *Duration    `json:"queue_wait,omitempty"`          // WithQueue's maximum wait, on its own
+	CallTimeout       *Duration    `json:"call_timeout,omitempty"`        // WithCallTimeout; "0s": none
+	BodyErrors        *bool        `json:"body_errors,omitempty"`         // WithBodyErrors; false: WithoutBodyErrors
+	RejectAsError     *bool        `json:"reject_as_error,omitempty"`     // WithRejectAsError; false: WithoutRejectAsError
+	RetryBudget       *RetryBudget `json:"retry_budget,omitempty"`        // WithRetryBudget; {"ratio": 0, "min_per_second": 0}: none
 }
 
 // Duration is a time.Duration written as a Go duration string ("800ms").
@@ -74,225 +84,227 @@ func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d)
 func (d *Duration) UnmarshalText(text []byte) error {
 	v, err := time.ParseDuration(string(text))
 	if err != nil {
-		return fmt.Errorf("not a duration such as \"800ms\": %q", text)
+		return fmt.Errorf("want %s, got %q", Duration(0).form(), text)
 	}
 	*d = Duration(v)
 	return nil
 }
 
-// field is one field of a PolicyConfig: its JSON name, a pointer to it,
-// and the option it stands for.
-type field struct {
-	name   string
-	ptr    any                   // a pointer to the field (itself a pointer)
-	set    func() bool           // the field is set
-	option func() (Option, bool) // the option, and whether it applies
-}
+// form is what a file gives for a Duration.
+func (Duration) form() string { return `a duration such as "800ms"` }
 
-// fields lists p's fields.
-func (p *PolicyConfig) fields() []field {
-	dur := func(d *Duration) time.Duration { return time.Duration(*d) }
-	return []field{
-		{"mode", &p.Mode, func() bool { return p.Mode != nil }, func() (Option, bool) { return WithMode(*p.Mode), true }},
-		{"failure_rate", &p.FailureRate, func() bool { return p.FailureRate != nil }, func() (Option, bool) { return WithFailureRate(*p.FailureRate), true }},
-		{"min_requests", &p.MinRequests, func() bool { return p.MinRequests != nil }, func() (Option, bool) { return WithMinRequests(*p.MinRequests), true }},
-		{"window", &p.Window, func() bool { return p.Window != nil }, func() (Option, bool) { return WithWindow(dur(p.Window)), true }},
-		{"slow_call_threshold", &p.SlowCallThreshold, func() bool { return p.SlowCallThreshold != nil }, func() (Option, bool) { return WithSlowCallThreshold(dur(p.SlowCallThreshold)), true }},
-		{"open_timeout", &p.OpenTimeout, func() bool { return p.OpenTimeout != nil }, func() (Option, bool) { return WithOpenTimeout(dur(p.OpenTimeout)), true }},
-		{"max_open_timeout", &p.MaxOpenTimeout, func() bool { return p.MaxOpenTimeout != nil }, func() (Option, bool) { return WithMaxOpenTimeout(dur(p.MaxOpenTimeout)), true }},
-		{"jitter", &p.Jitter, func() bool { return p.Jitter != nil }, func() (Option, bool) { return WithJitter(*p.Jitter), true }},
-		{"half_open_probes", &p.HalfOpenProbes, func() bool { return p.HalfOpenProbes != nil }, func() (Option, bool) { return WithHalfOpenProbes(*p.HalfOpenProbes), true }},
-		{"probes_to_close", &p.ProbesToClose, func() bool { return p.ProbesToClose != nil }, func() (Option, bool) { return WithProbesToClose(*p.ProbesToClose), true }},
-		{"throttle_sustain", &p.ThrottleSustain, func() bool { return p.ThrottleSustain != nil }, func() (Option, bool) { return WithThrottleSustain(dur(p.ThrottleSustain)), true }},
-		{"max_concurrent", &p.MaxConcurrent, func() bool { return p.MaxConcurrent != nil }, func() (Option, bool) { return WithMaxConcurrent(*p.MaxConcurrent), true }},
-		{"queue", &p.Queue, func() bool { return p.Queue != nil }, func() (Option, bool) { return p.queueOption(), true }},
-		{"queue_wait", &p.QueueWait, func() bool { return p.QueueWait != nil }, func() (Option, bool) { return p.queueOption(), p.Queue == nil }},
-		{"call_timeout", &p.CallTimeout, func() bool { return p.CallTimeout != nil }, func() (Option, bool) { return WithCallTimeout(dur(p.CallTimeout)), true }},
-		{"body_errors", &p.BodyErrors, func() bool { return p.BodyErrors != nil }, func() (Option, bool) { return WithBodyErrors(), *p.BodyErrors }},
-		{"reject_as_error", &p.RejectAsError, func() bool { return p.RejectAsError != nil }, func() (Option, bool) { return WithRejectAsError(), *p.RejectAsError }},
-	}
-}
+// form is what a file gives for a Mode.
+func (Mode) form() string { return `"enforce", "shadow" or "off"` }
 
-// queueOption is WithQueue of the queue and queue_wait fields, each
-// taken from the other's default when unset (length 0, wait 0).
-func (p *PolicyConfig) queueOption() Option {
-	n, wait := 0, time.Duration(0)
-	if p.Queue != nil {
-		n = *p.Queue
-	}
-	if p.QueueWait != nil {
-		wait = time.Duration(*p.QueueWait)
-	}
-	return WithQueue(n, wait)
-}
-
-// UnmarshalJSON decodes a PolicyConfig, refusing unknown fields and
-// naming the field of a bad value.
+// UnmarshalJSON decodes one level of a Config, as Config's decoder does.
 func (p *PolicyConfig) UnmarshalJSON(b []byte) error {
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(b, &raw); err != nil {
+	var out PolicyConfig
+	if err := out.decode(b, false, ""); err != nil {
 		return err
 	}
-	fs := p.fields()
-	for name, v := range raw {
-		i := slices.IndexFunc(fs, func(f field) bool { return f.name == name })
-		if i < 0 {
-			return fmt.Errorf("unknown field %q", name)
-		}
-		if err := json.Unmarshal(v, fs[i].ptr); err != nil {
-			return fmt.Errorf("%s: %s", name, strings.TrimPrefix(err.Error(), "httpbreaker: "))
-		}
-	}
+	*p = out
 	return nil
 }
 
-// UnmarshalJSON decodes a Config, refusing unknown fields; an error names
-// the selector and the field.
+// UnmarshalJSON decodes a Config, refusing unknown fields, a selector or
+// field given twice, null for a field, and a value of the wrong type; an
+// error names the selector and the field. A document that is only null
+// leaves c as it is, as for every type of encoding/json.
 func (c *Config) UnmarshalJSON(b []byte) error {
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(b, &raw); err != nil {
-		return fmt.Errorf("httpbreaker: Config: %w", err)
+	if isNull(b) {
+		return nil
 	}
 	var out Config
-	if v, ok := raw["policies"]; ok {
-		delete(raw, "policies")
-		var pols map[string]json.RawMessage
-		if err := json.Unmarshal(v, &pols); err != nil {
-			return fmt.Errorf("httpbreaker: Config: policies: %w", err)
-		}
-		out.Policies = make(map[string]PolicyConfig, len(pols))
-		for sel, pv := range pols {
-			var p PolicyConfig
-			if err := p.UnmarshalJSON(pv); err != nil {
-				return fmt.Errorf("httpbreaker: Config: policies[%q]: %w", sel, err)
+	err := eachMember(b, func(key, msg string) error { return configError(false, "", key, msg) },
+		func(key string, v json.RawMessage) error {
+			if key != "policies" {
+				return out.decodeField(false, "", key, v)
 			}
-			out.Policies[sel] = p
-		}
-	}
-	top, err := json.Marshal(raw)
+			out.Policies = map[string]PolicyConfig{}
+			return eachMember(v, func(sel, msg string) error {
+				if sel == "" {
+					return configError(false, "", "policies", msg)
+				}
+				return configError(true, sel, "", msg)
+			}, func(sel string, pv json.RawMessage) error {
+				var p PolicyConfig
+				if err := p.decode(pv, true, sel); err != nil {
+					return err
+				}
+				out.Policies[sel] = p
+				return nil
+			})
+		})
 	if err != nil {
 		return err
-	}
-	if err := out.PolicyConfig.UnmarshalJSON(top); err != nil {
-		return fmt.Errorf("httpbreaker: Config: %w", err)
 	}
 	*c = out
 	return nil
 }
 
-// Options returns the options c stands for, Transport-wide first, then a
-// WithPolicy per selector (sorted, so that the result is the same every
-// time), or the first bad value: an error naming the selector and the
-// field ("httpbreaker: Config: policies[\"pay\"].failure_rate: …").
-func (c Config) Options() ([]Option, error) {
-	if err := c.Validate(); err != nil {
-		return nil, err
-	}
-	opts := c.PolicyConfig.options()
-	sels := make([]string, 0, len(c.Policies))
-	for sel := range c.Policies {
-		sels = append(sels, sel)
-	}
-	slices.Sort(sels)
-	for _, sel := range sels {
-		p := c.Policies[sel]
-		opts = append(opts, WithPolicy(sel, p.options()...))
-	}
-	return opts, nil
+// decode fills p from the JSON object b: the policy of selector, or the
+// top level unless inPolicy.
+func (p *PolicyConfig) decode(b []byte, inPolicy bool, selector string) error {
+	return eachMember(b, func(key, msg string) error { return configError(inPolicy, selector, key, msg) },
+		func(key string, v json.RawMessage) error { return p.decodeField(inPolicy, selector, key, v) })
 }
 
-// Validate reports the first bad value in c, naming the selector and the
-// field, or nil: every field in range, every selector well-formed, and
-// the relations (a maximum open timeout not shorter than the open
-// timeout) holding for every selector.
-func (c Config) Validate() error {
-	if err := c.PolicyConfig.check(""); err != nil {
-		return err
+// decodeField decodes v into p's field called name.
+func (p *PolicyConfig) decodeField(inPolicy bool, selector, name string, v json.RawMessage) error {
+	f, ok := tunableNamed(name)
+	if !ok {
+		return configError(inPolicy, selector, "", fmt.Sprintf("unknown field %q", name))
 	}
+	field := f.confField(p)
+	val, msg := decodeValue(field.Type().Elem(), v)
+	if msg != "" {
+		return configError(inPolicy, selector, name, msg)
+	}
+	field.Set(val)
+	return nil
+}
+
+// decodeValue decodes v as a value of type t, returned as a pointer to
+// it, or says what is wrong with v: null, a value of another type (naming
+// the form t wants), or a bad value.
+func decodeValue(t reflect.Type, v json.RawMessage) (reflect.Value, string) {
+	if isNull(v) {
+		return reflect.Value{}, fmt.Sprintf("want %s, got null", formOf(t))
+	}
+	val := reflect.New(t)
+	dec := json.NewDecoder(bytes.NewReader(v))
+	dec.DisallowUnknownFields() // in a composite value too, nothing given is ignored
+	if err := dec.Decode(val.Interface()); err != nil {
+		if te := (*json.UnmarshalTypeError)(nil); errors.As(err, &te) {
+			return reflect.Value{}, fmt.Sprintf("want %s, got %s", formOf(t), shorten(v))
+		}
+		msg := strings.TrimPrefix(err.Error(), "httpbreaker: ")
+		return reflect.Value{}, strings.TrimPrefix(msg, "json: ")
+	}
+	return val, ""
+}
+
+// eachMember calls f for each member of the JSON object b, in order, and
+// bad for what is wrong with b itself (with key "") or a key given twice.
+func eachMember(b []byte, bad func(key, msg string) error, f func(key string, v json.RawMessage) error) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return bad("", "want an object, got "+shorten(b))
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return bad("", err.Error())
+		}
+		key, _ := tok.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return bad("", err.Error())
+		}
+		if seen[key] {
+			return bad(key, "given twice")
+		}
+		seen[key] = true
+		if err := f(key, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// isNull reports whether b is the JSON null.
+func isNull(b []byte) bool { return bytes.Equal(bytes.TrimSpace(b), []byte("null")) }
+
+// shorten is the JSON text b, shortened for an error.
+func shorten(b []byte) string {
+	b = bytes.TrimSpace(b)
+	if len(b) > 40 {
+		return string(b[:37]) + "..."
+	}
+	return string(b)
+}
+
+// configError is an error about the field name of the policy of selector
+// (or of the top level unless inPolicy), in the file's terms.
+func configError(inPolicy bool, selector, name, msg string) error {
+	if where := fileField(inPolicy, selector, name); where != "" {
+		msg = where + ": " + msg
+	}
+	return errors.New("httpbreaker: Config: " + msg)
+}
+
+// Options returns the options c stands for, Transport-wide first, then a
+// WithPolicy per selector (sorted, so that the result is the same every
+// time), or the first bad value: every field in range, every selector
+// well-formed and given once, and the relations (a maximum open timeout
+// not shorter than the open timeout) holding for every selector. An error
+// names the selector and the field as the file does
+// ("httpbreaker: Config: policies[\"pay\"].failure_rate: …").
+func (c Config) Options() ([]Option, error) {
 	sels := make([]string, 0, len(c.Policies))
 	for sel := range c.Policies {
 		sels = append(sels, sel)
 	}
 	slices.Sort(sels)
-	var opts []Option
-	opts = append(opts, c.PolicyConfig.options()...)
+	named := map[selector]string{}
+	opts := c.PolicyConfig.options()
 	for _, sel := range sels {
+		s, err := parseSelector(sel)
+		if err != nil {
+			return nil, configError(true, sel, "", err.Error())
+		}
+		canon := selector{kind: s.kind, host: s.host}
+		if other, ok := named[canon]; ok {
+			return nil, configError(true, sel, "", fmt.Sprintf("names the same breakers as %q: give each selector once", other))
+		}
+		named[canon] = sel
 		p := c.Policies[sel]
-		if _, err := parseSelector(sel); err != nil {
-			return fmt.Errorf("httpbreaker: Config: policies[%q]: %v", sel, err)
-		}
-		if err := p.check(sel); err != nil {
-			return err
-		}
 		opts = append(opts, WithPolicy(sel, p.options()...))
 	}
 	cfg := defaultConfig()
 	cfg.applyAll("Config", opts)
 	if len(cfg.errs) > 0 {
-		return fmt.Errorf("httpbreaker: Config: %s", strings.TrimPrefix(cfg.errs[0], "httpbreaker: "))
+		return nil, fileError(cfg.errs[0])
 	}
 	if _, err := newPolicies(&cfg); err != nil {
-		return fmt.Errorf("httpbreaker: Config: %s", strings.TrimPrefix(err.Error(), "httpbreaker: "))
+		return nil, fileError(err)
 	}
-	return nil
+	return opts, nil
 }
 
-// check applies each set field of p on its own, and reports the first
-// that is invalid, for selector ("" for the top level).
-func (p *PolicyConfig) check(selector string) error {
-	for _, f := range p.fields() {
-		if !f.set() {
-			continue
-		}
-		o, ok := f.option()
-		if !ok {
-			continue
-		}
-		cfg := defaultConfig()
-		o.apply(&cfg)
-		if len(cfg.errs) > 0 {
-			where := f.name
-			if selector != "" {
-				where = fmt.Sprintf("policies[%q].%s", selector, f.name)
-			}
-			msg := cfg.errs[0]
-			if i := strings.Index(msg, ": "); i >= 0 {
-				if j := strings.Index(msg[i+2:], ": "); j >= 0 {
-					msg = msg[i+2+j+2:] // drop "httpbreaker: WithX: "
-				}
-			}
-			return fmt.Errorf("httpbreaker: Config: %s: %s", where, msg)
-		}
+// fileError is err, from applying a Config's options, in the file's terms.
+func fileError(err error) error {
+	if e, ok := err.(*settingError); ok {
+		return errors.New("httpbreaker: Config: " + e.file())
 	}
-	return nil
+	return errors.New("httpbreaker: Config: " + strings.TrimPrefix(err.Error(), "httpbreaker: "))
 }
 
 // options returns the options of p's set fields.
 func (p *PolicyConfig) options() []Option {
 	var opts []Option
-	for _, f := range p.fields() {
-		if !f.set() {
-			continue
-		}
-		if o, ok := f.option(); ok {
-			opts = append(opts, o)
+	for _, f := range tunableFields {
+		if !f.confField(p).IsNil() {
+			opts = append(opts, f.fileOption(p))
 		}
 	}
 	return opts
 }
 
 // ParseConfig decodes a Config from JSON, as json.Unmarshal would
-// (trailing data is an error), and validates it. A document that is only
-// null is an error too: it would reset every setting to its default.
+// (trailing data is an error), and checks it as Options does. A document
+// that is only null is an error too: it would reset every setting to its
+// default.
 func ParseConfig(data []byte) (Config, error) {
 	var c Config
-	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
+	if isNull(data) {
 		return Config{}, errors.New("httpbreaker: Config: null: want an object")
 	}
 	if err := json.Unmarshal(data, &c); err != nil { // refuses trailing data, as a half-rewritten file may have
 		return Config{}, err
 	}
-	if err := c.Validate(); err != nil {
+	if _, err := c.Options(); err != nil {
 		return Config{}, err
 	}
 	return c, nil

@@ -79,7 +79,7 @@ func TestConfigBadValues(t *testing.T) {
 		{"bad selector", `{"policies":{"*":{"min_requests":5}}}`, []string{`policies["*"]`}},
 		{"bad wildcard", `{"policies":{"a.*.b":{"min_requests":5}}}`, []string{`policies["a.*.b"]`}},
 		{"queue without a wait", `{"policies":{"pay":{"max_concurrent":2,"queue":3}}}`, []string{`policies["pay"].queue`, "wait"}},
-		{"maximum below the open timeout", `{"max_open_timeout":"10s","policies":{"pay":{"open_timeout":"20s"}}}`, []string{"WithMaxOpenTimeout", `"pay"`}},
+		{"maximum below the open timeout", `{"max_open_timeout":"10s","policies":{"pay":{"open_timeout":"20s"}}}`, []string{`policies["pay"].max_open_timeout: must be at least open_timeout (20s)`}},
 		{"negative min", `{"min_requests":-3}`, []string{"min_requests", "-3"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -109,4 +109,89 @@ func TestParseConfigRefusesTrailingDataAndNull(t *testing.T) {
 	}
 	_, err := ParseConfig([]byte(`{"mode": "x"}`))
 	require.ErrorContains(t, err, `httpbreaker: Config: mode: unknown mode "x"`, "one prefix")
+}
+
+// TestConfigQueueHalvesInheritApart: "queue" and "queue_wait" each
+// inherit on their own, in both directions.
+func TestConfigQueueHalvesInheritApart(t *testing.T) {
+	cfg, err := ParseConfig([]byte(`{"queue_wait": "1s", "max_concurrent": 2, "policies": {"pay.test": {"queue": 10}}}`))
+	require.NoError(t, err, "a policy's queue under a Transport-wide queue_wait")
+	opts, err := cfg.Options()
+	require.NoError(t, err)
+	pay := New(nil, opts...).policies.Load().of("pay.test")
+	require.EqualValues(t, 10, pay.queue)
+	require.Equal(t, time.Second, pay.queueWait, "inherited")
+
+	cfg, err = ParseConfig([]byte(`{"queue": 4, "queue_wait": "1s", "max_concurrent": 2, "policies": {"pay.test": {"queue_wait": "3s"}}}`))
+	require.NoError(t, err)
+	opts, err = cfg.Options()
+	require.NoError(t, err)
+	pay = New(nil, opts...).policies.Load().of("pay.test")
+	require.EqualValues(t, 4, pay.queue, "inherited, not reset to 0")
+	require.Equal(t, 3*time.Second, pay.queueWait)
+}
+
+// TestConfigNarrowerLevelTurnsOffWhatAWiderOneTurnedOn: false and "0s"
+// are values: reject-as-error, body errors and a call timeout turned on
+// at the top are off for the policy that says so.
+func TestConfigNarrowerLevelTurnsOffWhatAWiderOneTurnedOn(t *testing.T) {
+	cfg, err := ParseConfig([]byte(`{"reject_as_error": true, "body_errors": true, "call_timeout": "1s",
+		"policies": {"web.test": {"reject_as_error": false, "body_errors": false, "call_timeout": "0s"}}}`))
+	require.NoError(t, err)
+	opts, err := cfg.Options()
+	require.NoError(t, err)
+	requireTurnedOff(t, New(newDep(200), opts...), "web.test", "other.test")
+
+	b, err := json.Marshal(cfg)
+	require.NoError(t, err)
+	require.Contains(t, string(b), `"web.test":{"call_timeout":"0s","body_errors":false,"reject_as_error":false}`, "false round-trips")
+}
+
+// TestConfigRefusesWhatWouldBeIgnored: a selector or a field given twice
+// (encoding/json would keep the last silently), two spellings of one
+// selector, and null for a field are errors naming them.
+func TestConfigRefusesWhatWouldBeIgnored(t *testing.T) {
+	for _, tc := range []struct{ json, want string }{
+		{`{"policies": {"pricing.internal": {"min_requests": 5}, "pricing.internal": {"jitter": 0}}}`,
+			`httpbreaker: Config: policies["pricing.internal"]: given twice`},
+		{`{"policies": {"pay.test": {"queue": 1, "queue": 2}}}`, `httpbreaker: Config: policies["pay.test"].queue: given twice`},
+		{`{"jitter": 0, "jitter": 0.5}`, `httpbreaker: Config: jitter: given twice`},
+		{`{"policies": {}, "policies": {}}`, `httpbreaker: Config: policies: given twice`},
+		{`{"policies": {"Pay.Test": {"min_requests": 5}, "pay.test": {"min_requests": 6}}}`,
+			`httpbreaker: Config: policies["pay.test"]: names the same breakers as "Pay.Test": give each selector once`},
+		{`{"jitter": null}`, `httpbreaker: Config: jitter: want a number, got null`},
+		{`{"policies": {"pay.test": {"reject_as_error": null}}}`, `httpbreaker: Config: policies["pay.test"].reject_as_error: want true or false, got null`},
+		{`{"policies": {"pay.test": null}}`, `httpbreaker: Config: policies["pay.test"]: want an object, got null`},
+		{`{"policies": null}`, `httpbreaker: Config: policies: want an object, got null`},
+	} {
+		_, err := ParseConfig([]byte(tc.json))
+		require.EqualError(t, err, tc.want, tc.json)
+	}
+}
+
+// TestConfigErrorsSpeakTheFilesTerms: a relation that does not hold and
+// a value of the wrong type are told with the file's names and forms, at
+// the top level and in a policy.
+func TestConfigErrorsSpeakTheFilesTerms(t *testing.T) {
+	for _, tc := range []struct{ json, want string }{
+		{`{"open_timeout": "30s", "max_open_timeout": "10s"}`, `httpbreaker: Config: max_open_timeout: must be at least open_timeout (30s)`},
+		{`{"policies": {"pricing.internal": {"open_timeout": "30s", "max_open_timeout": "10s"}}}`,
+			`httpbreaker: Config: policies["pricing.internal"].max_open_timeout: must be at least open_timeout (30s)`},
+		{`{"max_concurrent": 1, "policies": {"pay.test": {"queue": 3}}}`,
+			`httpbreaker: Config: policies["pay.test"].queue_wait: must be positive while queue is 3, got 0s`},
+		{`{"window": 10}`, `httpbreaker: Config: window: want a duration such as "800ms", got 10`},
+		{`{"window": "10"}`, `httpbreaker: Config: window: want a duration such as "800ms", got "10"`},
+		{`{"policies": {"pay.test": {"min_requests": "5"}}}`, `httpbreaker: Config: policies["pay.test"].min_requests: want a whole number, got "5"`},
+		{`{"min_requests": 2.5}`, `httpbreaker: Config: min_requests: want a whole number, got 2.5`},
+		{`{"failure_rate": "high"}`, `httpbreaker: Config: failure_rate: want a number, got "high"`},
+		{`{"reject_as_error": "yes"}`, `httpbreaker: Config: reject_as_error: want true or false, got "yes"`},
+		{`{"mode": 1}`, `httpbreaker: Config: mode: want "enforce", "shadow" or "off", got 1`},
+		{`{"policies": []}`, `httpbreaker: Config: policies: want an object, got []`},
+		{`{"policies": {"pay.test": 3}}`, `httpbreaker: Config: policies["pay.test"]: want an object, got 3`},
+		{`{"policies": {"pay.test": {"failure_rat": 0.3}}}`, `httpbreaker: Config: policies["pay.test"]: unknown field "failure_rat"`},
+		{`{"polices": {}}`, `httpbreaker: Config: unknown field "polices"`},
+	} {
+		_, err := ParseConfig([]byte(tc.json))
+		require.EqualError(t, err, tc.want, tc.json)
+	}
 }

@@ -69,14 +69,12 @@ func runMachine(t *testing.T, s settings, f fleet, rows []mrow) (*breaker, []str
 				if r.do == "admit" {
 					calls[r.id] = tk
 				} else {
-					b.release(tk)
 					note(b.count(tk, r.o, now, r.d))
 				}
 			}
 		case "end":
 			tk, ok := calls[r.id]
 			require.True(t, ok, "row %d: no call %q", i, r.id)
-			b.release(tk)
 			note(b.count(tk, r.o, now, r.d))
 		case "trip":
 			note(b.trip(now, r.d, false))
@@ -389,18 +387,6 @@ func TestMachineFleetLease(t *testing.T) {
 		call(0, bad, StateOpen),
 		call(sec, ok, StateHalfOpen),
 	})
-}
-
-func TestMachineBulkhead(t *testing.T) {
-	s := mset(func(s *settings) { s.minRequests, s.maxConcurrent = 1, 2 })
-	b, _ := runMachine(t, s, nil, []mrow{
-		{at: 0, do: "admit", id: "a", want: StateClosed},
-		{at: 0, do: "admit", id: "b", want: StateClosed},
-		refused(0, rejectBulkhead, StateClosed),
-		{at: ms, do: "end", id: "a", o: bad, want: StateOpen},
-		refused(2*ms, rejectOpen, StateOpen), // full and open: refused as open
-	})
-	require.EqualValues(t, 1, b.inflight.Load(), "b still holds its place")
 }
 
 // TestMachineProbeSlotsAreNotPreallocated: a breaker keeps memory for the

@@ -139,3 +139,41 @@ func (c *collector) emit(ch chan<- prometheus.Metric, k *circuit, m *stats) {
 		ch <- prometheus.MustNewConstMetric(c.probes, counter, float64(m.probes[p]), key, p.String())
 	}
 }
+
+// transitionKinds are the transitions a breaker can make, each with the
+// reasons it can be made for: one series of breaker_transitions_total
+// each.
+var transitionKinds = [...]struct {
+	from, to State
+	reason   Reason
+}{
+	{StateClosed, StateOpen, ReasonFailureRate},
+	{StateClosed, StateOpen, ReasonThrottled},
+	{StateClosed, StateOpen, ReasonTrip},
+	{StateClosed, StateOpen, ReasonFleet},
+	{StateOpen, StateHalfOpen, ReasonOpenElapsed},
+	{StateHalfOpen, StateOpen, ReasonProbeFailed},
+	{StateHalfOpen, StateOpen, ReasonThrottled},
+	{StateHalfOpen, StateOpen, ReasonProbeTimeout},
+	{StateHalfOpen, StateOpen, ReasonTrip},
+	{StateHalfOpen, StateClosed, ReasonProbesSucceeded},
+	{StateHalfOpen, StateClosed, ReasonReset},
+	{StateHalfOpen, StateClosed, ReasonFleet},
+	{StateOpen, StateClosed, ReasonReset},
+	{StateOpen, StateClosed, ReasonFleet},
+}
+
+// numTransitionKinds is the number of transitionKinds.
+const numTransitionKinds = len(transitionKinds)
+
+// transitionKind returns the index in transitionKinds of a transition
+// from → to for reason, or -1 for a combination the machine does not
+// make (a test proves it makes none).
+func transitionKind(from, to State, reason Reason) int {
+	for i, k := range transitionKinds {
+		if k.from == from && k.to == to && k.reason == reason {
+			return i
+		}
+	}
+	return -1
+}

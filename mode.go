@@ -60,11 +60,5 @@ func (m *Mode) UnmarshalText(text []byte) error {
 // traffic), or nothing at all (ModeOff). Set per dependency with
 // WithPolicy. An unknown mode panics.
 func WithMode(m Mode) Option {
-	return tunable("WithMode", func(c *config) {
-		if m < ModeEnforce || m > ModeOff {
-			c.invalid("WithMode", "unknown mode %d", int(m))
-			return
-		}
-		c.mode = m
-	})
+	return modeRow.with(m)
 }

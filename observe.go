@@ -266,8 +266,8 @@ func logTransition(l *slog.Logger, tr *Transition) {
 // (refused as open), the fleet, the log, the hook and the observers.
 func (t *Transport) report(tr *transition) {
 	if tr.To == StateOpen {
-		if c := t.breakers.get(tr.Key); c != nil && c.line.waiting.Load() > 0 {
-			c.line.refuseAll() // calls waiting for the bulkhead are refused as open
+		if c := t.breakers.get(tr.Key); c != nil && c.bulk.waiting.Load() > 0 {
+			c.bulk.refuseAll() // calls waiting for the bulkhead are refused as open
 		}
 	}
 	if s := t.member; s != nil && !tr.fleet {

@@ -1,9 +1,9 @@
 package httpbreaker
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net/http"
 	"time"
 
@@ -27,9 +27,9 @@ type option struct {
 
 func (o option) apply(c *config) { o.set(c) }
 
-// tunable is an option about one breaker's behaviour, which a policy may
-// set (see WithPolicy).
-func tunable(name string, set func(*config)) option { return option{name: name, set: set} }
+// tunableOption is an option about one breaker's behaviour, which a
+// policy may set (see WithPolicy).
+func tunableOption(name string, set func(*config)) option { return option{name: name, set: set} }
 
 // structural is an option that shapes the Transport as a whole.
 func structural(name string, set func(*config)) option {
@@ -52,25 +52,15 @@ type config struct {
 	store        Store
 
 	// errs collects invalid option values; New panics with the first.
-	errs []string
+	errs []error
 }
 
-// defaultConfig returns the defaults, which follow Hystrix's well-known
-// ones where they fit:
+// defaultConfig returns the defaults: the tunables' from their table
+// (settings.go; each option's doc gives its default in brackets), and for
+// the rest:
 //
 //	key function            HostKey
 //	classifier              DefaultClassifier
-//	window                  10s (10 buckets of 1s)
-//	minimum requests        20
-//	failure rate            0.5
-//	slow-call threshold     0 (off)
-//	open timeout            5s
-//	maximum open timeout    60s, or the open timeout if longer (also the half-open probe bound)
-//	jitter                  0.2
-//	half-open probes        1
-//	probes to close         3
-//	throttle sustain        10s
-//	max concurrent per key  0 (unlimited)
 //	max breakers            1000
 //	rejection               synthetic 503, no fallback
 //	transition hook         none
@@ -78,11 +68,13 @@ type config struct {
 //	logger                  none
 //	metrics                 none
 func defaultConfig() config {
-	return config{policy: policy{settings: defaultSettings()}, maxBreakers: 1000}
+	c := config{maxBreakers: 1000}
+	setDefaults(&c.policy)
+	return c
 }
 
 func (c *config) invalid(option, format string, args ...any) {
-	c.errs = append(c.errs, "httpbreaker: "+option+": "+fmt.Sprintf(format, args...))
+	c.errs = append(c.errs, errors.New("httpbreaker: "+option+": "+fmt.Sprintf(format, args...)))
 }
 
 // newConfig applies opts to the defaults, for caller ("New"), and checks
@@ -92,7 +84,7 @@ func newConfig(caller string, opts []Option) config {
 	c := defaultConfig()
 	c.applyAll(caller, opts)
 	if len(c.errs) > 0 {
-		panic(c.errs[0])
+		panic(c.errs[0].Error())
 	}
 	return c
 }
@@ -106,36 +98,6 @@ func (c *config) applyAll(caller string, opts []Option) {
 		}
 		o.apply(c)
 	}
-}
-
-// intOption is an Option that applies set when n is in [least, most],
-// and otherwise reports option as invalid.
-func intOption(option string, n, least, most int, set func(*config)) option {
-	return tunable(option, func(c *config) {
-		switch {
-		case n < least:
-			c.invalid(option, "must be at least %d, got %d", least, n)
-		case n > most:
-			c.invalid(option, "must be at most %d, got %d", most, n)
-		default:
-			set(c)
-		}
-	})
-}
-
-// durationOption is an Option that applies set when d is positive (or,
-// unless positive is set, zero), and otherwise reports option as invalid.
-func durationOption(option string, d time.Duration, positive bool, set func(*config)) option {
-	return tunable(option, func(c *config) {
-		switch {
-		case positive && d <= 0:
-			c.invalid(option, "must be positive, got %v", d)
-		case d < 0:
-			c.invalid(option, "must not be negative, got %v", d)
-		default:
-			set(c)
-		}
-	})
 }
 
 // maxHalfOpenProbes bounds WithHalfOpenProbes: more probes at once than
@@ -171,7 +133,7 @@ func WithRoutes(patterns ...string) Option {
 // nothing. The default is DefaultClassifier; a custom classifier can
 // delegate to it for the cases it does not handle. A nil c panics.
 func WithClassifier(f Classifier) Option {
-	return tunable("WithClassifier", func(c *config) {
+	return tunableOption("WithClassifier", func(c *config) {
 		if f == nil {
 			c.invalid("WithClassifier", "nil Classifier")
 			return
@@ -191,41 +153,27 @@ func WithClassifier(f Classifier) Option {
 // whole client timeout later: a window much longer than the timeout keeps
 // the last healthy seconds in the rate and trips late. A window of one to
 // two client timeouts reacts fastest to hangs.
-func WithWindow(d time.Duration) Option {
-	return tunable("WithWindow", func(c *config) {
-		if d < minWindow {
-			c.invalid("WithWindow", "window must be at least %v, got %v", minWindow, d)
-			return
-		}
-		c.window = d
-	})
-}
+func WithWindow(d time.Duration) Option { return windowRow.with(d) }
 
 // WithMinRequests sets the minimum number of outcomes (successes,
 // failures and 429s) in the window before the breaker may trip [20].
 // n must be at least 1.
 func WithMinRequests(n int) Option {
-	return intOption("WithMinRequests", n, 1, math.MaxInt, func(c *config) { c.minRequests = int64(n) })
+	return minRequestsRow.with(int64(n))
 }
 
 // WithFailureRate sets the failure rate at which the breaker trips: it
 // opens when failures/requests ≥ r over the window [0.5]. r must be in
 // (0, 1].
 func WithFailureRate(r float64) Option {
-	return tunable("WithFailureRate", func(c *config) {
-		if !(r > 0 && r <= 1) {
-			c.invalid("WithFailureRate", "rate must be in (0, 1], got %v", r)
-			return
-		}
-		c.failureRate = r
-	})
+	return failureRateRow.with(r)
 }
 
 // WithSlowCallThreshold makes a call that takes longer than d a failure,
 // even when it succeeds [0: off]. Zero turns the check off; a negative d
 // panics. Setting it costs one more clock read per request.
 func WithSlowCallThreshold(d time.Duration) Option {
-	return durationOption("WithSlowCallThreshold", d, false, func(c *config) { c.slowCall = d })
+	return slowCallRow.with(d)
 }
 
 // WithBodyErrors judges a successful call when its response body ends,
@@ -257,17 +205,21 @@ func WithSlowCallThreshold(d time.Duration) Option {
 //
 // It costs one allocation per successful response, a second clock read,
 // and the short request path of the defaults (see the Performance section
-// of the README).
-func WithBodyErrors() Option {
-	return tunable("WithBodyErrors", func(c *config) { c.bodyErrors = true })
-}
+// of the README). WithoutBodyErrors turns it off again, for example in a
+// policy under a Transport-wide WithBodyErrors.
+func WithBodyErrors() Option { return bodyErrorsRow.with(true) }
+
+// WithoutBodyErrors judges every call when its headers arrive, as the
+// default does: it turns off a WithBodyErrors given before it or at a
+// wider level, as in WithPolicy("uploads.internal", WithoutBodyErrors()).
+func WithoutBodyErrors() Option { return bodyErrorsRow.with(false) }
 
 // WithOpenTimeout sets the base open duration [5s]: how long a breaker
 // stays open after it trips before it lets a probe through. It doubles for
 // each consecutive failed probe cycle, up to WithMaxOpenTimeout. d must be
 // positive.
 func WithOpenTimeout(d time.Duration) Option {
-	return durationOption("WithOpenTimeout", d, true, func(c *config) { c.openTimeout = d })
+	return openTimeoutRow.with(d)
 }
 
 // WithMaxOpenTimeout caps the open duration after backoff and after an
@@ -277,20 +229,14 @@ func WithOpenTimeout(d time.Duration) Option {
 // and counts as failed, from the moment the bound passed. d must be
 // positive and not shorter than the open timeout.
 func WithMaxOpenTimeout(d time.Duration) Option {
-	return durationOption("WithMaxOpenTimeout", d, true, func(c *config) { c.maxOpenTimeout, c.maxOpenSet = d, true })
+	return maxOpenTimeoutRow.with(d)
 }
 
 // WithJitter spreads open durations: each is drawn uniformly from
 // [d, d·(1+f)] [0.2], so breakers that tripped together do not probe
 // together. Zero turns jitter off; f must be in [0, 1].
 func WithJitter(f float64) Option {
-	return tunable("WithJitter", func(c *config) {
-		if !(f >= 0 && f <= 1) {
-			c.invalid("WithJitter", "jitter must be in [0, 1], got %v", f)
-			return
-		}
-		c.jitter = f
-	})
+	return jitterRow.with(f)
 }
 
 // WithHalfOpenProbes sets how many probes may be in flight at once while a
@@ -298,13 +244,13 @@ func WithJitter(f float64) Option {
 // be in [1, 10000]. A breaker keeps a slot for each probe in flight only,
 // so a large n costs no memory until that many probes are sent.
 func WithHalfOpenProbes(n int) Option {
-	return intOption("WithHalfOpenProbes", n, 1, maxHalfOpenProbes, func(c *config) { c.halfOpenProbes = int64(n) })
+	return halfOpenProbesRow.with(int64(n))
 }
 
 // WithProbesToClose sets how many consecutive successful probes close a
 // half-open breaker [3]. n must be at least 1.
 func WithProbesToClose(n int) Option {
-	return intOption("WithProbesToClose", n, 1, math.MaxInt, func(c *config) { c.probesToClose = int64(n) })
+	return probesToCloseRow.with(int64(n))
 }
 
 // WithThrottleSustain sets how long 429 responses must persist before they
@@ -325,7 +271,7 @@ func WithProbesToClose(n int) Option {
 // successes leave a breaker at exactly the rate closed until the next
 // failure or 429.
 func WithThrottleSustain(d time.Duration) Option {
-	return durationOption("WithThrottleSustain", d, false, func(c *config) { c.throttleSustain = d })
+	return throttleSustainRow.with(d)
 }
 
 // WithMaxConcurrent sets a bulkhead: at most n calls in flight per key;
@@ -333,7 +279,7 @@ func WithThrottleSustain(d time.Duration) Option {
 // ErrBulkheadFull (and ErrOpen) [0: unlimited]. Zero means unlimited; a
 // negative n panics.
 func WithMaxConcurrent(n int) Option {
-	return intOption("WithMaxConcurrent", n, 0, math.MaxInt, func(c *config) { c.maxConcurrent = int64(n) })
+	return maxConcurrentRow.with(int64(n))
 }
 
 // WithQueue lets calls beyond the bulkhead (WithMaxConcurrent) wait for a
@@ -346,19 +292,14 @@ func WithMaxConcurrent(n int) Option {
 // open. A call timeout (WithCallTimeout) starts when the call leaves the
 // line. A waiter holds no lock and starts no goroutine. Without
 // WithMaxConcurrent there is no bulkhead and the queue does nothing. n
-// must not be negative, and maxWait must be positive when n is.
+// must not be negative, and maxWait must be positive when n is (checked on
+// each breaker's resolved settings, as the declarative form sets the two
+// apart: "queue" and "queue_wait"). WithQueue(0, 0) turns the queue off.
 func WithQueue(n int, maxWait time.Duration) Option {
-	return tunable("WithQueue", func(c *config) {
-		switch {
-		case n < 0:
-			c.invalid("WithQueue", "queue length must not be negative, got %d", n)
-		case n > 0 && maxWait <= 0:
-			c.invalid("WithQueue", "maximum wait must be positive, got %v", maxWait)
-		case maxWait < 0:
-			c.invalid("WithQueue", "maximum wait must not be negative, got %v", maxWait)
-		default:
-			c.queue, c.queueWait = int64(n), maxWait
-		}
+	length, wait := queueRow.with(int64(n)), queueWaitRow.with(maxWait)
+	return tunableOption("WithQueue", func(c *config) {
+		length.apply(c)
+		wait.apply(c)
 	})
 }
 
@@ -371,10 +312,9 @@ func WithQueue(n int, maxWait time.Duration) Option {
 // its call timeout passed is a failure, however short d is; its error
 // satisfies errors.Is(err, context.DeadlineExceeded) and, through
 // http.Client, net.Error's Timeout. Set it per dependency with WithPolicy.
-// A negative d panics.
-func WithCallTimeout(d time.Duration) Option {
-	return durationOption("WithCallTimeout", d, false, func(c *config) { c.callTimeout = d })
-}
+// Zero means none, and turns off a call timeout set before it or at a
+// wider level. A negative d panics.
+func WithCallTimeout(d time.Duration) Option { return callTimeoutRow.with(d) }
 
 // WithMaxBreakers caps the number of live breakers in a Transport [1000].
 // Past the cap, an idle closed breaker is evicted to make room; if none is
@@ -384,9 +324,13 @@ func WithCallTimeout(d time.Duration) Option {
 // flood of new keys costs no lock: the Transport looks for idle breakers
 // again once per window bucket. n must be at least 1.
 func WithMaxBreakers(n int) Option {
-	o := intOption("WithMaxBreakers", n, 1, math.MaxInt, func(c *config) { c.maxBreakers = n })
-	o.transport = true
-	return o
+	return structural("WithMaxBreakers", func(c *config) {
+		if msg := between(1, maxInt)(int64(n)); msg != "" {
+			c.invalid("WithMaxBreakers", "%s", msg)
+			return
+		}
+		c.maxBreakers = n
+	})
 }
 
 // WithFallback sets a function called instead of the synthetic 503 when a
@@ -395,24 +339,25 @@ func WithMaxBreakers(n int) Option {
 // (a *RejectedError wrapping ErrOpen). It is never called for the
 // dependency's own errors or responses. If it returns both a response and
 // an error, the response body is closed and the error returned; if it
-// returns neither, the default rejection is used. A nil f panics.
+// returns neither, the default rejection is used. A nil f means no
+// fallback: it turns off a fallback set before it or at a wider level, as
+// in WithPolicy("payments.internal", WithFallback(nil)).
 func WithFallback(f func(*http.Request, error) (*http.Response, error)) Option {
-	return tunable("WithFallback", func(c *config) {
-		if f == nil {
-			c.invalid("WithFallback", "nil fallback")
-			return
-		}
-		c.fallback = f
-	})
+	return tunableOption("WithFallback", func(c *config) { c.fallback = f })
 }
 
 // WithRejectAsError makes rejections return (nil, err), where err is a
 // *RejectedError and errors.Is(err, ErrOpen) holds, instead of the
 // synthetic 503. Through http.Client the error arrives wrapped in a
-// *url.Error; errors.Is still works.
-func WithRejectAsError() Option {
-	return tunable("WithRejectAsError", func(c *config) { c.rejectAsError = true })
-}
+// *url.Error; errors.Is still works. WithoutRejectAsError turns it off
+// again.
+func WithRejectAsError() Option { return rejectAsErrorRow.with(true) }
+
+// WithoutRejectAsError makes rejections the synthetic 503 (or the
+// fallback's answer), as the default does: it turns off a
+// WithRejectAsError given before it or at a wider level, as in
+// WithPolicy("web.internal", WithoutRejectAsError()).
+func WithoutRejectAsError() Option { return rejectAsErrorRow.with(false) }
 
 // WithLogger logs transitions through l: opening at Warn (with the failure
 // rate and sample size that tripped it), half-open and closing at Info

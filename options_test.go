@@ -2,6 +2,7 @@ package httpbreaker
 
 import (
 	"math"
+	"net/http"
 	"testing"
 	"time"
 
@@ -35,7 +36,6 @@ func TestInvalidOptionsPanicInNew(t *testing.T) {
 		{WithThrottleSustain(-time.Second), "WithThrottleSustain"},
 		{WithMaxConcurrent(-1), "WithMaxConcurrent"},
 		{WithMaxBreakers(0), "WithMaxBreakers"},
-		{WithFallback(nil), "WithFallback"},
 		{WithMetrics(nil), "WithMetrics"},
 		{nil, "nil Option"},
 	} {
@@ -99,4 +99,48 @@ func TestUnsetMaxOpenTimeoutFollowsTheOpenTimeout(t *testing.T) {
 	require.PanicsWithValue(t, "httpbreaker: WithMaxOpenTimeout: maximum open timeout 1m0s is shorter than the open timeout 10m0s", func() {
 		New(nil, WithOpenTimeout(10*time.Minute), WithMaxOpenTimeout(time.Minute))
 	})
+}
+
+// TestOffFormsTurnOffAWiderLevel: a policy turns off what the
+// Transport-wide options turned on — reject-as-error, body errors, a call
+// timeout, a fallback — and a later option beats an earlier one.
+func TestOffFormsTurnOffAWiderLevel(t *testing.T) {
+	fallback := func(req *http.Request, err error) (*http.Response, error) {
+		return response(req, http.StatusTeapot, nil), nil
+	}
+	tr := New(newDep(200), WithRejectAsError(), WithBodyErrors(), WithCallTimeout(time.Second), WithFallback(fallback),
+		WithPolicy("off.test", WithoutRejectAsError(), WithoutBodyErrors(), WithCallTimeout(0), WithFallback(nil)))
+	requireTurnedOff(t, tr, "off.test", "on.test")
+	ps := tr.policies.Load()
+	require.Nil(t, ps.of("off.test").fallback)
+	require.NotNil(t, ps.of("on.test").fallback)
+	tr.Trip("on.test", time.Hour)
+	resp, err := get(t, tr, "http://on.test/")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusTeapot, resp.StatusCode, "the fallback")
+
+	base := New(nil, WithRejectAsError(), WithoutRejectAsError(), WithBodyErrors(), WithoutBodyErrors()).policies.Load().base
+	require.False(t, base.rejectAsError, "the later option wins")
+	require.False(t, base.bodyErrors)
+}
+
+// requireTurnedOff checks that tr's breaker for key off has
+// reject-as-error, body errors and a call timeout of 1s turned off, which
+// key on has on, and that a refusal for off is the synthetic 503 (not an
+// error, not a fallback's answer).
+func requireTurnedOff(t *testing.T, tr *Transport, off, on string) {
+	t.Helper()
+	ps := tr.policies.Load()
+	p, q := ps.of(off), ps.of(on)
+	require.False(t, p.rejectAsError)
+	require.False(t, p.bodyErrors)
+	require.Zero(t, p.callTimeout)
+	require.True(t, q.rejectAsError)
+	require.True(t, q.bodyErrors)
+	require.Equal(t, time.Second, q.callTimeout)
+
+	tr.Trip(off, time.Hour)
+	resp, err := get(t, tr, "http://"+off+"/")
+	require.NoError(t, err, "not an error: the synthetic 503")
+	require.True(t, IsRejected(resp), "not a fallback's answer")
 }

@@ -2,7 +2,6 @@ package httpbreaker
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -29,15 +28,13 @@ type policy struct {
 
 // finish completes a policy once every option and layer is applied: an
 // unset maximum open timeout is the longer of the default and the open
-// timeout. It returns the error of a relation that does not hold.
+// timeout. It returns the error of a relation that does not hold (see
+// relations).
 func (p *policy) finish() error {
 	if !p.maxOpenSet {
 		p.maxOpenTimeout = max(defaultMaxOpenTimeout, p.openTimeout)
 	}
-	if p.maxOpenTimeout < p.openTimeout {
-		return fmt.Errorf("httpbreaker: WithMaxOpenTimeout: maximum open timeout %v is shorter than the open timeout %v", p.maxOpenTimeout, p.openTimeout)
-	}
-	return nil
+	return checkRelations(p)
 }
 
 // classify is the policy's classifier's verdict.
@@ -293,7 +290,7 @@ func newPolicies(c *config) (*policies, error) {
 			return nil, fmt.Errorf("httpbreaker: WithPolicy: selector %q names no key", r.sel.text)
 		}
 		if _, err := ps.resolve(r.sel.example()); err != nil {
-			return nil, fmt.Errorf("%v (in WithPolicy(%q, ...))", err, r.sel.text)
+			return nil, inPolicy(err, r.sel.text)
 		}
 		scratch := config{policy: ps.raw}
 		scratch.applyAll("WithPolicy", r.opts)
@@ -326,7 +323,7 @@ func (ps *policies) resolve(key string) (*policy, error) {
 		}
 	}
 	if len(c.errs) > 0 {
-		return nil, errors.New(c.errs[0])
+		return nil, c.errs[0]
 	}
 	if err := c.policy.finish(); err != nil {
 		return nil, err

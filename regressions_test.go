@@ -14,30 +14,6 @@ import (
 // Regression tests for defects a review found, each failing before its
 // fix.
 
-// R1: a waiter gets the place of the call that ends (the race where
-// release read an empty line just before the waiter joined is
-// TestReviewQueueLostWakeupStress's).
-func TestReviewQueueLostWakeup(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		d := newDep(200)
-		tr := New(d, WithMaxConcurrent(1), WithQueue(1, time.Second), WithRejectAsError())
-		_, _ = get(t, tr, testURL) // make the circuit
-		c := tr.breakers.get(testKey)
-		// B is admitted and holds the one place.
-		tkB, reason, _ := c.b.admit(tr.now(), &c.pol.Load().settings)
-		require.Equal(t, admitted, reason)
-		// A arrives: bulkhead full, joins, tryPlace fails, waits.
-		out := make(chan error, 1)
-		go func() { _, err := get(t, tr, testURL); out <- err }()
-		synctest.Wait()
-		require.EqualValues(t, 1, c.line.waiting.Load(), "A waits")
-		// B ends: its place goes to A.
-		c.release(tkB)
-		err := <-out
-		require.NoError(t, err, "A was refused although a place was free for its whole wait")
-	})
-}
-
 // R2: ModeOff keys take breaker slots: with the cap reached by off
 // keys, an enforcing key gets no breaker and its failures protect no one.
 func TestReviewOffKeysTakeBreakerSlots(t *testing.T) {
@@ -152,51 +128,6 @@ func TestReviewOffRouteFallsBackToEnforcingHost(t *testing.T) {
 	})
 }
 
-// R1 on real goroutines: the lost wake-up happens without stepping.
-func TestReviewQueueLostWakeupStress(t *testing.T) {
-	gate := make(chan chan struct{}, 1)
-	next := rtFunc(func(r *http.Request) (*http.Response, error) {
-		if r.Header.Get("X-Hold") != "" {
-			ch := make(chan struct{})
-			gate <- ch
-			<-ch
-		}
-		return response(r, 200, nil), nil
-	})
-	// A long maxWait: a waiter refused for its wait would have to be
-	// descheduled for 5s, so a refusal here is a lost place.
-	tr := New(next, WithMaxConcurrent(1), WithQueue(1, 5*time.Second), WithRejectAsError())
-	lost := 0
-	for i := 0; i < 3000 && lost == 0; i++ {
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			req, _ := http.NewRequest("GET", testURL, nil)
-			req.Header.Set("X-Hold", "1")
-			if resp, err := tr.RoundTrip(req); err == nil {
-				resp.Body.Close()
-			}
-		}()
-		ch := <-gate
-		aDone := make(chan error, 1)
-		go func() {
-			req, _ := http.NewRequest("GET", testURL, nil)
-			resp, err := tr.RoundTrip(req)
-			if err == nil {
-				resp.Body.Close()
-			}
-			aDone <- err
-		}()
-		close(ch)
-		<-done
-		if err := <-aDone; err != nil {
-			lost++
-			t.Logf("iteration %d: %v; inflight now %d", i, err, tr.breakers.get(testKey).b.inflight.Load())
-		}
-	}
-	require.Zero(t, lost, "a waiter refused though the only call in flight had ended")
-}
-
 // R9: selectors are lower-cased ASCII-only, HostKey with strings.ToLower.
 func TestReviewSelectorUnicodeCase(t *testing.T) {
 	tr := New(newDep(200), WithPolicy("ÄPI.test", WithMinRequests(3)))
@@ -211,31 +142,6 @@ func TestReviewSelectorUnicodeCase(t *testing.T) {
 // R10: a "*" inside a whole-key selector does not panic.
 func TestReviewStarInWholeKeySelector(t *testing.T) {
 	require.Panics(t, func() { New(nil, WithPolicy("api.test GET /v1/*", WithMinRequests(3))) })
-}
-
-// panicLeaseStore is a Store whose ProbeLease panics.
-type panicLeaseStore struct{ memStore }
-
-type panicMember struct{}
-
-func (*panicLeaseStore) Join(func(Hint)) Member            { return panicMember{} }
-func (panicMember) Publish(Hint)                           {}
-func (panicMember) ProbeLease(string, time.Duration) Lease { panic("store bug") }
-
-// R11: a panic in Store.ProbeLease, called by admitState after admitHeld
-// took a bulkhead place, leaks the place: the guard does not know it.
-func TestReviewProbeLeasePanicLeaksBulkheadPlace(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		s := &panicLeaseStore{memStore: *newMemStore()}
-		tr := New(newDep(200), WithStore(s), WithMaxConcurrent(1))
-		tr.Trip(testKey, time.Second)
-		time.Sleep(time.Second)
-		func() {
-			defer func() { _ = recover() }()
-			_, _ = get(t, tr, testURL)
-		}()
-		require.Zero(t, tr.breakers.get(testKey).b.inflight.Load(), "the guard frees what was held")
-	})
 }
 
 // R12: a scrape shows a half-open breaker whose probe outlived the bound

@@ -37,26 +37,28 @@ type Status struct {
 }
 
 // Settings are the effective settings of one breaker, as Status shows
-// them.
+// them: every tunable, each the value of the option of the same name and
+// of the PolicyConfig field of the same name (see the table of tunables in
+// settings.go).
 type Settings struct {
-	FailureRate    float64
-	MinRequests    int64
-	Window         time.Duration
-	OpenTimeout    time.Duration
-	MaxOpenTimeout time.Duration
-	CallTimeout    time.Duration // 0: none
-	MaxConcurrent  int64         // the bulkhead; 0: unlimited
-	Queue          int64         // waiting places beside the bulkhead
-	QueueWait      time.Duration
-}
-
-// effective returns the Settings p shows.
-func (p *policy) effective() Settings {
-	return Settings{
-		FailureRate: p.failureRate, MinRequests: p.minRequests, Window: p.window,
-		OpenTimeout: p.openTimeout, MaxOpenTimeout: p.maxOpenTimeout, CallTimeout: p.callTimeout,
-		MaxConcurrent: p.maxConcurrent, Queue: p.queue, QueueWait: p.queueWait,
-	}
+	Mode              Mode
+	FailureRate       float64
+	MinRequests       int64
+	Window            time.Duration
+	SlowCallThreshold time.Duration // 0: off
+	OpenTimeout       time.Duration
+	MaxOpenTimeout    time.Duration
+	Jitter            float64
+	HalfOpenProbes    int64
+	ProbesToClose     int64
+	ThrottleSustain   time.Duration
+	MaxConcurrent     int64 // the bulkhead; 0: unlimited
+	Queue             int64 // waiting places beside the bulkhead
+	QueueWait         time.Duration
+	CallTimeout       time.Duration // 0: none
+	BodyErrors        bool
+	RejectAsError     bool
+	RetryBudget       RetryBudget // zero: none
 }
 
 // FailureRate is Failures/Requests, or 0 with no requests. 429s are not
@@ -123,38 +125,19 @@ type statusJSON struct {
 	Throttled   int64        `json:"throttled"`
 	FailureRate float64      `json:"failure_rate"`
 	Mode        Mode         `json:"mode"`
-	Settings    settingsJSON `json:"settings"`
+	Settings    PolicyConfig `json:"settings"` // every field set
 }
 
-// settingsJSON is Settings in StatusHandler's output, durations as Go
-// duration strings.
-type settingsJSON struct {
-	FailureRate    float64 `json:"failure_rate"`
-	MinRequests    int64   `json:"min_requests"`
-	Window         string  `json:"window"`
-	OpenTimeout    string  `json:"open_timeout"`
-	MaxOpenTimeout string  `json:"max_open_timeout"`
-	CallTimeout    string  `json:"call_timeout"`
-	MaxConcurrent  int64   `json:"max_concurrent"`
-	Queue          int64   `json:"queue"`
-	QueueWait      string  `json:"queue_wait"`
-}
-
-func newSettingsJSON(s Settings) settingsJSON {
-	return settingsJSON{
-		FailureRate: s.FailureRate, MinRequests: s.MinRequests, Window: s.Window.String(),
-		OpenTimeout: s.OpenTimeout.String(), MaxOpenTimeout: s.MaxOpenTimeout.String(),
-		CallTimeout: s.CallTimeout.String(), MaxConcurrent: s.MaxConcurrent,
-		Queue: s.Queue, QueueWait: s.QueueWait.String(),
-	}
-}
-
-// StatusHandler returns a handler that serves Snapshot as JSON:
+// StatusHandler returns a handler that serves Snapshot as JSON, each
+// breaker's settings under the declarative form's names and in its
+// formats (see Config), every tunable included:
 //
 //	{"breakers":[{"key":"api.example.com","state":"open","since":"…","retry_at":"…",
 //	  "requests":40,"failures":31,"throttled":0,"failure_rate":0.775,"mode":"enforce",
-//	  "settings":{"failure_rate":0.5,"min_requests":20,"window":"10s","open_timeout":"5s",
-//	    "max_open_timeout":"1m0s","call_timeout":"0s","max_concurrent":0,"queue":0,"queue_wait":"0s"}}]}
+//	  "settings":{"mode":"enforce","failure_rate":0.5,"min_requests":20,"window":"10s",
+//	    "slow_call_threshold":"0s","open_timeout":"5s","max_open_timeout":"1m0s","jitter":0.2,
+//	    "half_open_probes":1,"probes_to_close":3,"throttle_sustain":"10s","max_concurrent":0,
+//	    "queue":0,"queue_wait":"0s","call_timeout":"0s","body_errors":false,"reject_as_error":false}}]}
 //
 // It names hosts, routes and states: mount it on an internal admin port
 // only, never on a mux that serves the public. It answers GET and HEAD;
@@ -175,7 +158,7 @@ func (t *Transport) StatusHandler() http.Handler {
 				Key: s.Key, State: s.State, Since: s.Since, Reason: s.Reason,
 				Requests: s.Requests, Failures: s.Failures, Throttled: s.Throttled,
 				FailureRate: s.FailureRate(),
-				Mode:        s.Mode, Settings: newSettingsJSON(s.Settings),
+				Mode:        s.Mode, Settings: s.Settings.file(),
 			}
 			if !s.RetryAt.IsZero() {
 				j.RetryAt = &s.RetryAt
@@ -191,4 +174,41 @@ func (t *Transport) StatusHandler() http.Handler {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(out)
 	})
+}
+
+// stats is what Snapshot, the status page and metrics read of a breaker,
+// all at once, as of one clock time.
+type stats struct {
+	state       State  // as displayLocked shows it
+	since       int64  // clock time it entered state
+	reason      Reason // why it is in state
+	retryAt     int64  // clock time an open breaker lets probes go; 0 otherwise
+	window      counts
+	totals      counts
+	transitions [numTransitionKinds]int64
+	open        time.Duration // time spent open, never decreasing
+	probes      [numProbeResults]int64
+}
+
+// stats returns b's stats as of clock time now, applying any transition
+// time alone has caused (advance false only reads: a scrape changes
+// nothing).
+func (b *breaker) stats(now int64, advance bool) (stats, *transition) {
+	var st stats
+	var tr *transition
+	b.mu.Lock()
+	if advance {
+		tr = b.queueLocked(b.advanceLocked(now, b.cfg.Load(), false))
+	}
+	st.state, st.since, st.reason = b.displayLocked(now)
+	if st.state == StateOpen {
+		st.retryAt = b.retryAt.Load()
+	}
+	st.transitions = b.transitions
+	st.probes = b.results
+	st.open = time.Duration(b.openTotalLocked(now))
+	b.mu.Unlock()
+	st.window = b.window().sums(now)
+	st.totals = b.window().totals()
+	return st, tr
 }

@@ -84,3 +84,41 @@ func TestStatusHandler(t *testing.T) {
 		require.JSONEq(t, `{"breakers":[]}`, rec.Body.String())
 	})
 }
+
+// TestStatusHandlerShowsEveryTunable: a breaker's settings on the status
+// page are every tunable, under the file's names and in its formats, and
+// the object reads back as a policy of the file.
+func TestStatusHandlerShowsEveryTunable(t *testing.T) {
+	tr := New(newDep(200), WithPolicy(testKey, WithMode(ModeShadow), WithJitter(0.1), WithHalfOpenProbes(2),
+		WithProbesToClose(4), WithThrottleSustain(time.Minute), WithSlowCallThreshold(300*time.Millisecond),
+		WithBodyErrors(), WithRejectAsError(), WithMaxConcurrent(3), WithQueue(2, 800*time.Millisecond),
+		WithRetryBudget(0.2, 10)))
+	_, _ = get(t, tr, testURL)
+	rec := httptest.NewRecorder()
+	tr.StatusHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/breakers", nil))
+	var out struct {
+		Breakers []struct {
+			Settings json.RawMessage `json:"settings"`
+		} `json:"breakers"`
+	}
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &out))
+	require.Len(t, out.Breakers, 1)
+	require.JSONEq(t, `{"mode":"shadow","failure_rate":0.5,"min_requests":20,"window":"10s",
+		"slow_call_threshold":"300ms","open_timeout":"5s","max_open_timeout":"1m0s","jitter":0.1,
+		"half_open_probes":2,"probes_to_close":4,"throttle_sustain":"1m0s","max_concurrent":3,
+		"queue":2,"queue_wait":"800ms","call_timeout":"0s","body_errors":true,"reject_as_error":true,
+		"retry_budget":{"ratio":0.2,"min_per_second":10}}`,
+		string(out.Breakers[0].Settings))
+	_, err := ParseConfig(out.Breakers[0].Settings)
+	require.NoError(t, err, "an operator can paste it into the file")
+
+	s := tr.Snapshot()[0].Settings
+	require.Equal(t, ModeShadow, s.Mode)
+	require.Equal(t, 0.1, s.Jitter)
+	require.EqualValues(t, 2, s.HalfOpenProbes)
+	require.EqualValues(t, 4, s.ProbesToClose)
+	require.Equal(t, time.Minute, s.ThrottleSustain)
+	require.Equal(t, 300*time.Millisecond, s.SlowCallThreshold)
+	require.True(t, s.BodyErrors)
+	require.True(t, s.RejectAsError)
+}

@@ -150,3 +150,54 @@ func (t *Transport) take(c *circuit, h Hint) {
 		t.notify(c.b.hintClose(t.now()))
 	}
 }
+
+// fleet is what a breaker asks of the instances it shares an outage
+// with: whether it may probe for all of them. A Member is one.
+type fleet interface {
+	ProbeLease(key string, ttl time.Duration) Lease
+}
+
+// hintOpen takes a fleet's word at clock time now that the dependency is
+// down for d more, after cycles failed probe cycles: a closed breaker
+// opens for d, but never for longer than its maximum open timeout; an
+// open one stays open at least that long; and in any state the breaker
+// backs off from at least cycles from now on.
+func (b *breaker) hintOpen(now int64, d time.Duration, cycles int) *transition {
+	if d <= 0 {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.cycles = max(b.cycles, cycles)
+	d = min(d, b.cfg.Load().maxOpenTimeout)
+	switch stateOf(b.word.Load()) {
+	case StateOpen:
+		if until := later(now, d); until > b.retryAt.Load() {
+			b.retryAt.Store(until) // the fleet knows it is down for longer
+		}
+		return nil
+	case StateHalfOpen:
+		return nil
+	}
+	tr := b.openLocked(now, d, ReasonFleet, b.countsLocked(now))
+	if tr != nil {
+		tr.fleet = true
+	}
+	return b.queueLocked(tr)
+}
+
+// hintClose takes a fleet's word at clock time now that the dependency
+// is back: an open or half-open breaker closes, unless an operator opened
+// it (only a reset closes that).
+func (b *breaker) hintClose(now int64) *transition {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if stateOf(b.word.Load()) == StateClosed || b.operator {
+		return nil
+	}
+	tr := b.closeLocked(now, ReasonFleet)
+	if tr != nil {
+		tr.fleet = true
+	}
+	return b.queueLocked(tr)
+}

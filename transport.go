@@ -178,9 +178,9 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	if retry && stateOf(b.word.Load()) == StateClosed && !b.allowRetry(now, &p.settings) {
 		reason = rejectRetryBudget // an open or half-open breaker refuses as it always does
 	} else {
-		tk, reason, tr = b.admit(now, &p.settings)
+		tk, reason, tr = c.admit(now, p)
 	}
-	if reason == rejectBulkhead && p.queue > 0 && p.mode == ModeEnforce {
+	if reason == rejectBulkhead && p.mode == ModeEnforce {
 		tk, reason, tr, err = t.wait(req, c, p)
 		joined := now
 		now = t.now() // a call timeout starts when the call leaves the line
@@ -199,9 +199,6 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		}
 		t.notify(tr)
 	} else {
-		if p.queue > 0 {
-			c.wake(&p.settings) // a place admit gave back may be a waiter's
-		}
 		t.notify(tr)
 		if p.mode != ModeShadow {
 			c.rejected[reason].Add(1)

@@ -16,7 +16,10 @@ import (
 // New settings decide from the next decision on: an open breaker keeps
 // the open period it has, and calls already admitted finish under the
 // settings they were admitted with. A key switched to ModeOff loses its
-// breaker; a key switched back from it starts closed.
+// breaker; a key switched back from it starts closed. A bulkhead resized
+// applies at once: a larger one admits its waiters, oldest first, before
+// any newcomer; a smaller one admits nobody until the calls in flight
+// fall below it; no call in flight is cut.
 //
 // The options that shape the Transport (WithKeyFunc, WithRoutes,
 // WithMaxBreakers, WithMetrics, WithLogger, WithOnTransition, WithObserver, WithStore)
@@ -59,7 +62,7 @@ func (t *Transport) update(opts []Option) error {
 	}
 	c.applyAll("Update", opts)
 	if len(c.errs) > 0 {
-		return errors.New(c.errs[0])
+		return c.errs[0]
 	}
 	ps, err := newPolicies(&c)
 	if err != nil {
@@ -76,6 +79,7 @@ func (t *Transport) update(opts []Option) error {
 		}
 		k.pol.Store(to)
 		k.b.configure(&to.settings)
+		k.wake() // a larger bulkhead admits its waiters at once
 		return true
 	})
 	for _, k := range gone {
@@ -129,31 +133,15 @@ func logDiff(l *slog.Logger, selector string, a, b *policy, wide []*policy) {
 // setting is one named value of a policy, as logs show it.
 type setting struct{ name, value string }
 
-// describe lists p's settings by their declarative names (see Config).
-// Functions show as "default" or "set": two different functions set one
-// after the other show no change.
+// describe lists p's settings: every tunable by its name and value in the
+// file (see Config), then the functions, which show as "default" or
+// "set": two different functions set one after the other show no change.
 func describe(p *policy) []setting {
-	return []setting{
-		{"mode", p.mode.String()},
-		{"failure_rate", fmt.Sprint(p.failureRate)},
-		{"min_requests", fmt.Sprint(p.minRequests)},
-		{"window", p.window.String()},
-		{"slow_call_threshold", p.slowCall.String()},
-		{"open_timeout", p.openTimeout.String()},
-		{"max_open_timeout", p.maxOpenTimeout.String()},
-		{"jitter", fmt.Sprint(p.jitter)},
-		{"half_open_probes", fmt.Sprint(p.halfOpenProbes)},
-		{"probes_to_close", fmt.Sprint(p.probesToClose)},
-		{"throttle_sustain", p.throttleSustain.String()},
-		{"max_concurrent", fmt.Sprint(p.maxConcurrent)},
-		{"queue", fmt.Sprint(p.queue)},
-		{"queue_wait", p.queueWait.String()},
-		{"call_timeout", p.callTimeout.String()},
-		{"body_errors", fmt.Sprint(p.bodyErrors)},
-		{"reject_as_error", fmt.Sprint(p.rejectAsError)},
-		{"classifier", isSet(p.classifier != nil)},
-		{"fallback", isSet(p.fallback != nil)},
+	out := make([]setting, 0, len(tunableFields)+2)
+	for _, f := range tunableFields {
+		out = append(out, setting{f.name, text(f.fileValue(p))})
 	}
+	return append(out, setting{"classifier", isSet(p.classifier != nil)}, setting{"fallback", isSet(p.fallback != nil)})
 }
 
 // isSet shows whether a function is set.

@@ -156,21 +156,25 @@ func TestOneTransportAPolicyPerDependency(t *testing.T) {
 	}
 	require.Equal(t, []string{catalogueHost, paymentsHost, recsHost}, keys, "a breaker per host, in one Transport")
 
-	// Transport-wide: MinRequests 3, OpenTimeout 10s; the rest defaults.
+	// Transport-wide: MinRequests 3, OpenTimeout 10s; the rest defaults
+	// (every tunable shows, the defaults too), no jitter.
 	want := map[string]httpbreaker.Settings{
 		catalogueHost: {
 			FailureRate: 0.5, MinRequests: 3, Window: 10 * time.Second,
 			OpenTimeout: 10 * time.Second, MaxOpenTimeout: time.Minute,
+			HalfOpenProbes: 1, ProbesToClose: 3, ThrottleSustain: 10 * time.Second,
 			CallTimeout: 2 * time.Second,
 		},
 		recsHost: {
 			FailureRate: 0.5, MinRequests: 3, Window: 10 * time.Second,
 			OpenTimeout: 10 * time.Second, MaxOpenTimeout: time.Minute,
+			HalfOpenProbes: 1, ProbesToClose: 3, ThrottleSustain: 10 * time.Second,
 			CallTimeout: 150 * time.Millisecond, MaxConcurrent: 10,
 		},
 		paymentsHost: {
 			FailureRate: 0.25, MinRequests: 3, Window: 10 * time.Second,
 			OpenTimeout: 30 * time.Second, MaxOpenTimeout: time.Minute,
+			HalfOpenProbes: 1, ProbesToClose: 3, ThrottleSustain: 10 * time.Second,
 			MaxConcurrent: 40,
 		},
 	}

@@ -192,7 +192,7 @@ func TestBadFileIgnored(t *testing.T) {
 		{"an unknown field in a policy", `{"policies": {"pricing.internal": {"open_timout": "1m"}}}`, `policies["pricing.internal"]: unknown field "open_timout"`},
 		{"an unknown mode", `{"mode": "Shadow"}`, `unknown mode "Shadow"`},
 		{"a negative duration", `{"window": "-1s"}`, "window"},
-		{"a maximum open timeout shorter than the open timeout", `{"open_timeout": "2m", "max_open_timeout": "1m"}`, "shorter than the open timeout"},
+		{"a maximum open timeout shorter than the open timeout", `{"open_timeout": "2m", "max_open_timeout": "1m"}`, "max_open_timeout: must be at least open_timeout (2m0s)"},
 		{"a missing file", "", "no such file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

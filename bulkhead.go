@@ -1,0 +1,229 @@
+package httpbreaker
+
+import (
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// This file is a circuit's bulkhead: the places that bound its calls in
+// flight (WithMaxConcurrent) and the line of calls waiting for one
+// (WithQueue). Its decisions read the circuit's current policy when they
+// are taken, whichever call takes them, so that an Update that resizes
+// the bulkhead applies at once: a larger one admits its waiters, oldest
+// first, before any newcomer; a smaller one admits nobody until the
+// calls in flight fall below it.
+//
+// A call admitted under a policy with a bulkhead holds a place (its
+// ticket says so) until its outcome is counted; a call admitted under a
+// policy without one never touches the bulkhead. A place comes back in
+// one way only, giveBack, which also hands free places to the oldest
+// waiters.
+
+// bulkhead is a circuit's places and its waiting line. A waiter blocks
+// on its own channel: it holds no lock while it waits and starts no
+// goroutine.
+type bulkhead struct {
+	inflight atomic.Int64 // places taken
+	waiting  atomic.Int64 // len(line), for giveBack to read without mu
+	mu       sync.Mutex
+	line     []*waiter // oldest first; guarded by mu
+}
+
+// waiter is one call in the line.
+type waiter struct {
+	ready chan struct{} // closed when the waiter has a place, or is refused as open
+	open  bool          // set before ready is closed: the breaker opened
+}
+
+// take takes a place if fewer than limit are taken. A limit of 0 (an
+// Update removed the bulkhead) bounds nothing: the call takes a place
+// all the same, since it gives one back when it ends. take never counts
+// a place it does not take, even for an instant: a call that found the
+// bulkhead full because another only looked at it could wait for a
+// place nobody holds.
+func (h *bulkhead) take(limit int64) bool {
+	for {
+		n := h.inflight.Load()
+		if limit > 0 && n >= limit {
+			return false
+		}
+		if h.inflight.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// join adds a waiter at the end of the line, unless n are waiting
+// already.
+func (h *bulkhead) join(n int64) (*waiter, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if int64(len(h.line)) >= n {
+		return nil, false
+	}
+	w := &waiter{ready: make(chan struct{})}
+	h.line = append(h.line, w)
+	h.waiting.Add(1)
+	return w, true
+}
+
+// leave takes w out of the line and reports whether it was still there:
+// false means it was given a place, or refused, as it left.
+func (h *bulkhead) leave(w *waiter) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i, v := range h.line {
+		if v == w {
+			h.line = append(h.line[:i], h.line[i+1:]...)
+			h.waiting.Add(-1)
+			return true
+		}
+	}
+	return false
+}
+
+// handOff takes a place for the oldest waiter, if one waits and fewer
+// than limit places are taken, and tells it so. The place is taken with
+// the line locked, so the waiter cannot leave without it.
+func (h *bulkhead) handOff(limit int64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.line) == 0 || !h.take(limit) {
+		return false
+	}
+	w := h.line[0]
+	h.line[0] = nil
+	h.line = h.line[1:]
+	h.waiting.Add(-1)
+	close(w.ready)
+	return true
+}
+
+// refuseAll refuses every waiter as open: the breaker opened.
+func (h *bulkhead) refuseAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, w := range h.line {
+		w.open = true
+		close(w.ready)
+	}
+	h.line = nil
+	h.waiting.Store(0)
+}
+
+// limit is the size of c's bulkhead now: 0 for none.
+func (c *circuit) limit() int64 { return c.pol.Load().maxConcurrent }
+
+// admit decides at clock time now whether a call under policy p may go
+// through c: by c's bulkhead, when p has one, then by the breaker's
+// state. An admitted call gives back what it holds with release, after
+// its outcome is counted.
+func (c *circuit) admit(now int64, p *policy) (ticket, rejectReason, *transition) {
+	if p.maxConcurrent == 0 {
+		return c.b.admit(now, &p.settings) // nothing to hold: the bulkhead is not touched
+	}
+	return c.admitBulkhead(now, p)
+}
+
+// admitBulkhead is admit under a bulkhead. A newcomer takes a free place
+// only when nobody waits for one: waiters come first, oldest first. A
+// call that finds the bulkhead full while the breaker is open is refused
+// as open, so that its caller learns when the open period ends;
+// otherwise as bulkhead full, and it may wait in the line (see
+// Transport.wait).
+func (c *circuit) admitBulkhead(now int64, p *policy) (ticket, rejectReason, *transition) {
+	if c.bulk.waiting.Load() > 0 || !c.bulk.take(c.limit()) {
+		if c.b.openAt(now) {
+			return ticket{}, rejectOpen, nil
+		}
+		return ticket{}, rejectBulkhead, nil
+	}
+	return c.admitPlaced(now, p)
+}
+
+// admitPlaced admits by state, at clock time now, a call under policy p
+// that holds a place in c's bulkhead, and gives the place back if the
+// state refuses the call (or the fleet's ProbeLease panics).
+func (c *circuit) admitPlaced(now int64, p *policy) (tk ticket, reason rejectReason, tr *transition) {
+	defer func() {
+		if !tk.place {
+			c.giveBack()
+		}
+	}()
+	tk, reason, tr = c.b.admit(now, &p.settings)
+	tk.place = reason == admitted
+	return tk, reason, tr
+}
+
+// release gives back the place the admitted call tk holds in c's
+// bulkhead, if it holds one. Call it once per admitted call, after its
+// outcome is counted: a waiter must not take a place the count closed.
+func (c *circuit) release(tk ticket) {
+	if tk.place {
+		c.giveBack()
+	}
+}
+
+// giveBack gives back one place of c's bulkhead, and hands free places
+// to the oldest waiters. It is the only way a place comes back. The
+// place is freed before the line is read, and a waiter joins the line
+// before it looks for a place (see Transport.wait), so that one of the
+// two always sees the other: no waiter waits for a place nobody holds.
+func (c *circuit) giveBack() {
+	c.bulk.inflight.Add(-1)
+	if c.bulk.waiting.Load() > 0 { // only ever under WithQueue
+		c.wake()
+	}
+}
+
+// wake hands each free place of c's bulkhead, by its size now, to the
+// oldest waiter, while calls wait: when a place comes back, when a call
+// joins the line, and when Update resizes the bulkhead.
+func (c *circuit) wake() {
+	for c.bulk.waiting.Load() > 0 && c.bulk.handOff(c.limit()) {
+	}
+}
+
+// wait is admission for a call under policy p that found c's bulkhead
+// full: it waits in c's line for a place, if the line as c's policy now
+// sets it has room and for as long as that policy's wait, then is
+// admitted by state. The error is the context's, for a caller that gave
+// up waiting; such a call counts for nothing.
+func (t *Transport) wait(req *http.Request, c *circuit, p *policy) (ticket, rejectReason, *transition, error) {
+	cur := c.pol.Load() // the line's length and wait, as they are now
+	if cur.queue == 0 {
+		return ticket{}, rejectBulkhead, nil, nil // no line
+	}
+	w, ok := c.bulk.join(cur.queue)
+	if !ok {
+		return ticket{}, rejectBulkhead, nil, nil // the line is full
+	}
+	c.wake() // a place freed before the call joined goes to the oldest waiter
+	timer := time.NewTimer(cur.queueWait)
+	defer timer.Stop()
+	var ended error
+	select {
+	case <-w.ready:
+	case <-timer.C:
+	case <-req.Context().Done():
+		ended = req.Context().Err()
+	}
+	if c.bulk.leave(w) { // still waiting: no place came
+		if ended != nil {
+			return ticket{}, admitted, nil, ended
+		}
+		return ticket{}, rejectBulkhead, nil, nil
+	}
+	<-w.ready
+	switch {
+	case w.open:
+		return ticket{}, rejectOpen, nil, nil
+	case ended != nil:
+		c.giveBack() // a place came as the caller left
+		return ticket{}, admitted, nil, ended
+	}
+	tk, reason, tr := c.admitPlaced(t.now(), p)
+	return tk, reason, tr, nil
+}
