@@ -192,3 +192,23 @@ func TestOperatorKeysReadAsHostKeyDoes(t *testing.T) {
 	require.Equal(t, StateClosed, tr.State("api.example.com"))
 	require.ElementsMatch(t, []string{"api.example.com", "api.example.com:443 GET /x"}, keys(tr))
 }
+
+// BenchmarkHostKey measures HostKey on the request path: a host already
+// in its key's form (the common case, which must not allocate), one with
+// a port, and one it has to lower-case.
+func BenchmarkHostKey(b *testing.B) {
+	for _, c := range []struct{ name, url string }{
+		{"canonical", "https://api.example.com/v1/users"},
+		{"port", "https://api.example.com:8443/v1/users"},
+		{"default-port", "https://api.example.com:443/v1/users"},
+		{"upper", "https://API.Example.com/v1/users"},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			r := mustReq(b, c.url)
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = HostKey(r)
+			}
+		})
+	}
+}
