@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/httpbreaker/httpbreaker/internal/swar"
 )
 
 // A KeyFunc picks the breaker a request goes through. Requests with the
@@ -61,7 +63,7 @@ func HostKey(r *http.Request) string {
 		return ""
 	}
 	h := r.URL.Host
-	if needsFold(h) {
+	if swar.HasUpperOrNonASCII(h) {
 		h = slowHostKey(h)
 	} else if len(h) > maxKeyLen {
 		h = h[:maxKeyLen]

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/httpbreaker/httpbreaker/internal/swar"
 )
 
 // policy is everything the calls of one breaker run under: the breaker's
@@ -185,7 +187,7 @@ func parseSelector(s string) (selector, error) {
 // and lower-cased, as HostKey makes it; keys of a custom KeyFunc are
 // compared the same way.
 func keyHost(h string) string {
-	if needsFold(h) {
+	if swar.HasUpperOrNonASCII(h) {
 		return slowHostKey(h)
 	}
 	return h

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/httpbreaker/httpbreaker/internal/swar"
 )
 
 // routeMatcher matches requests against a fixed set of ServeMux patterns
@@ -317,7 +319,7 @@ func (n *routeNode) literal(lit, rest string) *routeNode {
 	}
 	if len(lit) <= 8 && len(rest) >= 8 {
 		// Compare the segment as one word, without a call.
-		w := load64(rest)
+		w := swar.Load64(rest)
 		if len(lit) < 8 {
 			w &= 1<<(8*len(lit)) - 1
 		}
@@ -622,7 +624,7 @@ func isCleanRoutePath(p string) bool {
 	if p == "" || p[0] != '/' {
 		return false
 	}
-	if !hasSlashPair(p) {
+	if !swar.HasSlashPair(p) {
 		return true // no "//" nor "/.": most paths
 	}
 	start := 1 // of the current segment
