@@ -5,6 +5,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/httpbreaker/httpbreaker/internal/route"
 	"github.com/httpbreaker/httpbreaker/internal/swar"
 )
 
@@ -26,14 +27,8 @@ type KeyFunc func(*http.Request) string
 // caller's KeyFunc.
 type keying struct {
 	user      KeyFunc        // WithKeyFunc's function, or nil
-	routes    *routeMatcher  // WithRoutes' patterns, or nil
+	routes    *route.Matcher // WithRoutes' patterns, or nil
 	routeKeys *routeKeyCache // the keys of routes, by host
-}
-
-// routeKeying is the keying of WithRoutes(patterns...).
-func routeKeying(patterns []string) keying {
-	m := newRouteMatcher(patterns)
-	return keying{routes: m, routeKeys: newRouteKeyCache(m.patterns)}
 }
 
 // canonicalKey is key as the Transport keeps it: valid UTF-8.

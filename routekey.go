@@ -1,10 +1,14 @@
 package httpbreaker
 
 import (
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/httpbreaker/httpbreaker/internal/route"
 )
 
 // RouteKey returns a KeyFunc that keys a request by its host and the
@@ -45,10 +49,20 @@ func RouteKey(patterns ...string) KeyFunc {
 	return routeKeying(patterns).routeKey
 }
 
+// routeKeying is the keying of WithRoutes(patterns...) and
+// RouteKey(patterns...). It panics as RouteKey does.
+func routeKeying(patterns []string) keying {
+	m, err := route.New(patterns)
+	if err != nil {
+		panic(fmt.Errorf("httpbreaker: RouteKey: %w", err))
+	}
+	return keying{routes: m, routeKeys: newRouteKeyCache(slices.Clone(patterns))}
+}
+
 // routeKey is the key RouteKey gives r under k's patterns.
 func (k keying) routeKey(r *http.Request) string {
 	host := HostKey(r)
-	i := k.routes.matchIndex(r)
+	i := k.routes.Match(r)
 	if i < 0 {
 		return host
 	}
@@ -62,7 +76,7 @@ func (k keying) routeKey(r *http.Request) string {
 // RouteKey.
 func (t *Transport) routeCircuit(req *http.Request) *circuit {
 	host := HostKey(req)
-	i := t.keys.routes.matchIndex(req)
+	i := t.keys.routes.Match(req)
 	if i < 0 {
 		return t.keyCircuit(req, host)
 	}

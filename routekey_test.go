@@ -1,14 +1,60 @@
 package httpbreaker
 
 import (
+	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
 )
+
+// routeAPIPatterns is a realistic API pattern set, also used by the
+// benchmarks (internal/route's tests match against it too).
+var routeAPIPatterns = []string{
+	"GET /v1/users",
+	"POST /v1/users",
+	"GET /v1/users/{id}",
+	"PUT /v1/users/{id}",
+	"DELETE /v1/users/{id}",
+	"GET /v1/users/{id}/orders",
+	"POST /v1/users/{id}/orders",
+	"GET /v1/users/{id}/orders/{order}",
+	"POST /v1/charges",
+	"GET /v1/charges/{id}",
+	"POST /v1/charges/{id}/refunds",
+	"GET /v1/invoices",
+	"GET /v1/invoices/{id}",
+	"POST /v1/invoices/{id}/pay",
+	"/files/{path...}",
+	"GET /healthz",
+	"GET /v2/search",
+	"POST /v2/batch",
+	"/v2/admin/",
+	"GET /repos/{owner}/{repo}/issues",
+}
+
+// routeRequest returns a request for target, a path with an optional
+// query, as parsed from a request line.
+func routeRequest(method, host, target string) *http.Request {
+	u := &url.URL{}
+	if target != "" {
+		var err error
+		if u, err = url.ParseRequestURI(target); err != nil {
+			panic(err)
+		}
+	}
+	if host != "" {
+		u.Host = host
+		u.Scheme = "http"
+	}
+	return &http.Request{Method: method, URL: u}
+}
 
 // TestRoutesEvictedBreakerNotReused: under WithRoutes the Transport keeps
 // a route's breaker at hand; once the cap evicts it, requests on that
@@ -121,4 +167,136 @@ func TestRoutesPastTheBoundDoNotAllocate(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.Zero(t, testing.AllocsPerRun(100, func() { _, _ = tr.RoundTrip(last) }))
+}
+
+func TestRouteKeyPanics(t *testing.T) {
+	require.PanicsWithError(t, "httpbreaker: RouteKey: no patterns", func() { RouteKey() })
+
+	muxPanic := func(patterns ...string) (msg string) {
+		defer func() {
+			if v := recover(); v != nil {
+				msg = fmt.Sprint(v)
+			}
+		}()
+		mux := http.NewServeMux()
+		for _, p := range patterns {
+			mux.Handle(p, http.NotFoundHandler())
+		}
+		return ""
+	}
+	ourPanic := func(patterns ...string) (msg string) {
+		defer func() {
+			v := recover()
+			err, ok := v.(error)
+			require.True(t, ok, "panic value %v (%T) is not an error", v, v)
+			msg = err.Error()
+		}()
+		RouteKey(patterns...)
+		return ""
+	}
+	for _, p := range []string{
+		"", "GET", "x", "GET x", "/{a", "/{a}/{a}", "/{$}/x", "/{x...}/y", "/a{x}",
+		"/{}", "/{1x}", "G(T /x", "GET /a/../b", "GET //x", "example.com{x}/",
+	} {
+		want := muxPanic(p)
+		require.NotEmpty(t, want, p)
+		require.Equal(t, "httpbreaker: RouteKey: "+want, ourPanic("/ok", p), p)
+	}
+	for _, ps := range [][]string{
+		{"/a/{x}", "/a/{y}"},
+		{"GET /x", "GET /x"},
+		{"/a/{x}/c", "/a/b/{r...}"},
+		{"GET /{a}", "/x"},
+		{"/a/", "/a/{rest...}"},
+		{"/a/{$}", "/a/%2F"},
+		{"h.com/x", "GET h.com/{y}"},
+	} {
+		require.Contains(t, muxPanic(ps...), "conflicts with", ps)
+		msg := ourPanic(ps...)
+		require.True(t, strings.HasPrefix(msg, "httpbreaker: RouteKey: pattern "), msg)
+		require.Contains(t, msg, "conflicts with", ps)
+	}
+	// ServeMux's tree itself refuses this pair.
+	msg := ourPanic("/a//b", "/a/{x}/b")
+	require.True(t, strings.HasPrefix(msg, "httpbreaker: RouteKey: "), msg)
+	// Hosts are compared regardless of case, unlike in ServeMux.
+	require.Empty(t, muxPanic("Example.com/x", "example.com/x"))
+	msg = ourPanic("Example.com/x", "example.com/x")
+	require.True(t, strings.HasPrefix(msg, "httpbreaker: RouteKey: with hosts compared regardless of case: "), msg)
+	require.Contains(t, msg, "conflicts with")
+	// A valid set is accepted (internal/route checks every set of its
+	// tests).
+	require.NotPanics(t, func() { RouteKey(routeAPIPatterns...) })
+}
+
+func TestRouteKey(t *testing.T) {
+	key := RouteKey(routeAPIPatterns...)
+	require.Equal(t, "api.test GET /v1/users/{id}", key(routeRequest("GET", "api.test", "/v1/users/42")))
+	require.Equal(t, "api.test:8443 GET /v1/users/{id}", key(routeRequest("HEAD", "API.Test:8443", "/v1/users/42")))
+	require.Equal(t, "api.test /files/{path...}", key(routeRequest("PUT", "api.test", "/files/a/b")))
+	require.Equal(t, "api.test", key(routeRequest("GET", "api.test", "/nope")))
+	require.Equal(t, "api.test", key(routeRequest("GET", "api.test", "/files"))) // redirect
+	require.Equal(t, "api.test", key(routeRequest("PATCH", "api.test", "/v1/users/1")))
+	require.Equal(t, "", key(&http.Request{Method: "GET"}))
+	// Repeated calls return the cached key.
+	for range 3 {
+		require.Equal(t, "other.test POST /v1/charges", key(routeRequest("POST", "other.test", "/v1/charges")))
+	}
+
+	// Keys stay within maxKeyLen: a long host is cut.
+	long := strings.Repeat("h", 600)
+	k := key(routeRequest("GET", long, "/v1/users/1"))
+	require.Len(t, k, maxKeyLen)
+	require.True(t, strings.HasSuffix(k, " GET /v1/users/{id}"), k)
+	longPattern := "/" + strings.Repeat("p", 600)
+	k = RouteKey(longPattern)(routeRequest("GET", "h.test", longPattern))
+	require.Len(t, k, maxKeyLen)
+	require.True(t, strings.HasPrefix(k, " /ppp"), k)
+}
+
+func TestRouteKeyCacheBound(t *testing.T) {
+	key := RouteKey(routeAPIPatterns...)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range routeKeyCacheHosts + 200 {
+				host := fmt.Sprintf("h%d.test", (i*7+g)%(routeKeyCacheHosts+200))
+				for _, c := range []struct{ method, path, want string }{
+					{"GET", "/v1/users/9/orders", host + " GET /v1/users/{id}/orders"},
+					{"POST", "/v1/charges", host + " POST /v1/charges"},
+					{"GET", "/none", host},
+				} {
+					if got := key(routeRequest(c.method, host, c.path)); got != c.want {
+						t.Errorf("key(%s %s%s) = %q, want %q", c.method, host, c.path, got, c.want)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// Past the bound, keys are still right, just built on each call.
+	k := key(routeRequest("GET", "late.test", "/healthz"))
+	require.Equal(t, "late.test GET /healthz", k)
+}
+
+// TestRouteKeyDoesNotAllocate: matching and building the key of a cached
+// host allocate nothing, nor does a request no pattern matches.
+func TestRouteKeyDoesNotAllocate(t *testing.T) {
+	key := RouteKey(routeAPIPatterns...)
+	r := routeRequest("GET", "api.test", "/v1/users/42/orders")
+	require.Equal(t, "api.test GET /v1/users/{id}/orders", key(r))
+	require.Zero(t, testing.AllocsPerRun(100, func() { key(r) }))
+	r = routeRequest("GET", "api.test", "/nothing")
+	require.Zero(t, testing.AllocsPerRun(100, func() { key(r) }))
+}
+
+func BenchmarkRouteKey(b *testing.B) {
+	key := RouteKey(routeAPIPatterns...)
+	r := routeRequest("GET", "api.test", "/v1/users/42/orders")
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			key(r)
+		}
+	})
 }

@@ -1,4 +1,9 @@
-package httpbreaker
+// Package route matches HTTP requests against net/http.ServeMux patterns,
+// as ServeMux would, without allocating: a Matcher picks the pattern that
+// ServeMux would serve a request with, and answers no pattern where
+// ServeMux would redirect or answer 405. Its tests check it against
+// ServeMux itself.
+package route
 
 import (
 	"errors"
@@ -10,13 +15,13 @@ import (
 	"github.com/httpbreaker/httpbreaker/internal/swar"
 )
 
-// routeMatcher matches requests against a fixed set of ServeMux patterns
+// A Matcher matches requests against a fixed set of ServeMux patterns
 // with ServeMux's semantics, without allocating. It mirrors the decision
 // tree of net/http's routing_tree.go: host, then method, then one level
 // per path segment, searched in the same order (literal, then single
 // wildcard, then multi wildcard), so that it selects the same pattern.
 // It is immutable after construction and safe for concurrent use.
-type routeMatcher struct {
+type Matcher struct {
 	patterns []string      // as given
 	info     []routeInfo   // per pattern
 	hosts    []routeHost   // patterns with a host, one entry per lower-cased host
@@ -85,15 +90,20 @@ type routeSeg struct {
 
 func newRouteNode() *routeNode { return &routeNode{pat: -1, multi: -1} }
 
-// newRouteMatcher parses patterns. It panics with a message starting
-// "httpbreaker: RouteKey: " if the list is empty, if a pattern is invalid
-// or if two patterns conflict: it registers every pattern on a fresh
-// http.ServeMux and wraps ServeMux's own verdict.
-func newRouteMatcher(patterns []string) *routeMatcher {
+// New returns the Matcher of patterns, or an error if the list is empty,
+// if a pattern is invalid or if two patterns conflict. It registers every
+// pattern on a fresh http.ServeMux, and an invalid pattern's error is
+// ServeMux's own verdict, which names the pattern. Hosts are compared
+// without regard to ASCII case (ServeMux compares them exactly), so
+// patterns that conflict once their hosts are lower-cased are refused
+// too, with an error that says so.
+func New(patterns []string) (*Matcher, error) {
 	if len(patterns) == 0 {
-		panic(errors.New("httpbreaker: RouteKey: no patterns"))
+		return nil, errors.New("no patterns")
 	}
-	validateRoutePatterns(patterns, false)
+	if err := validateRoutePatterns(patterns); err != nil {
+		return nil, err
+	}
 	// Hosts are compared without regard to ASCII case here, unlike in
 	// ServeMux: check that the patterns still do not conflict when their
 	// hosts are lower-cased.
@@ -108,10 +118,12 @@ func newRouteMatcher(patterns []string) *routeMatcher {
 		lowered[i] = p[:len(p)-len(host)-len(path)] + lh + path
 	}
 	if anyUpper {
-		validateRoutePatterns(lowered, true)
+		if err := validateRoutePatterns(lowered); err != nil {
+			return nil, fmt.Errorf("with hosts compared regardless of case: %w", err)
+		}
 	}
 
-	m := &routeMatcher{
+	m := &Matcher{
 		patterns: append([]string(nil), patterns...),
 		info:     make([]routeInfo, len(patterns)),
 	}
@@ -121,7 +133,7 @@ func newRouteMatcher(patterns []string) *routeMatcher {
 		if err != nil {
 			// ServeMux accepted the pattern, which happens only with
 			// GODEBUG=httpmuxgo121=1, where it does not parse patterns.
-			panic(fmt.Errorf("httpbreaker: RouteKey: parsing %q: %w", p, err))
+			return nil, fmt.Errorf("parsing %q: %w", p, err)
 		}
 		m.info[i] = routeInfo{nsegs: len(segs), lastMulti: segs[len(segs)-1].multi}
 		ms := m.methodsFor(asciiLower(host))
@@ -143,36 +155,30 @@ func newRouteMatcher(patterns []string) *routeMatcher {
 			}
 		}
 		if !root.add(segs, i) {
-			panic(fmt.Errorf("httpbreaker: RouteKey: pattern %q conflicts with pattern %q", p, patterns[root.leafFor(segs)]))
+			return nil, fmt.Errorf("pattern %q conflicts with pattern %q", p, patterns[root.leafFor(segs)])
 		}
 	}
-	return m
+	return m, nil
 }
 
-// validateRoutePatterns registers patterns on a fresh http.ServeMux and
-// turns its panic, if any, into ours.
-func validateRoutePatterns(patterns []string, lowered bool) {
+// validateRoutePatterns registers patterns on a fresh http.ServeMux and returns its
+// panic, if any, as an error.
+func validateRoutePatterns(patterns []string) (err error) {
 	mux := http.NewServeMux()
 	h := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	defer func() {
+		switch v := recover().(type) {
+		case nil:
+		case error:
+			err = v
+		default:
+			err = fmt.Errorf("%v", v)
+		}
+	}()
 	for _, p := range patterns {
-		func() {
-			defer func() {
-				v := recover()
-				if v == nil {
-					return
-				}
-				prefix := "httpbreaker: RouteKey: "
-				if lowered {
-					prefix += "with hosts compared regardless of case: "
-				}
-				if err, ok := v.(error); ok {
-					panic(fmt.Errorf("%s%w", prefix, err))
-				}
-				panic(fmt.Errorf("%s%v", prefix, v))
-			}()
-			mux.Handle(p, h)
-		}()
+		mux.Handle(p, h)
 	}
+	return nil
 }
 
 // splitRoutePattern splits a pattern into method, host and path as
@@ -234,7 +240,7 @@ func parseRouteSegments(rest string) ([]routeSeg, error) {
 	return segs, nil
 }
 
-func (m *routeMatcher) methodsFor(host string) *routeMethods {
+func (m *Matcher) methodsFor(host string) *routeMethods {
 	if host == "" {
 		if m.anyHost == nil {
 			m.anyHost = &routeMethods{}
@@ -367,20 +373,16 @@ func (n *routeNode) literalEscaped(seg string) *routeNode {
 	return nil
 }
 
-// match returns the pattern, exactly as given, that http.ServeMux would
-// select for r, or ("", false) if there is none, including where
-// ServeMux would redirect or answer 405 (see RouteKey). It does not
-// allocate.
-func (m *routeMatcher) match(r *http.Request) (string, bool) {
-	if i := m.matchIndex(r); i >= 0 {
-		return m.patterns[i], true
-	}
-	return "", false
-}
-
-// matchIndex is match returning the index of the pattern, or -1. It
-// follows net/http's ServeMux.findHandler and matchOrRedirect.
-func (m *routeMatcher) matchIndex(r *http.Request) int {
+// Match returns the index in New's patterns of the pattern that
+// http.ServeMux would serve r with, or -1 if there is none, including
+// where ServeMux would redirect or answer 405 Method Not Allowed. It
+// follows net/http's ServeMux.findHandler and matchOrRedirect, with these
+// differences: the host matched is r.Host if set, else r.URL.Host, and
+// is compared without regard to ASCII case; an empty r.Method is GET and
+// an empty path "/"; a CONNECT request's host loses its port like any
+// other's, and a CONNECT path that does not start with "/" matches
+// nothing. It does not allocate.
+func (m *Matcher) Match(r *http.Request) int {
 	if r == nil || r.URL == nil {
 		return -1
 	}
@@ -427,7 +429,7 @@ func (m *routeMatcher) matchIndex(r *http.Request) int {
 
 // exactMatch is net/http's exactMatch for pattern i and the path, with a
 // slash appended if slash is set.
-func (m *routeMatcher) exactMatch(i int, path string, slash bool) bool {
+func (m *Matcher) exactMatch(i int, path string, slash bool) bool {
 	if i < 0 {
 		return false
 	}
@@ -447,7 +449,7 @@ func (m *routeMatcher) exactMatch(i int, path string, slash bool) bool {
 // lookup is net/http's routingNode.match: the pattern matching host,
 // method and path (with a slash appended if slash is set), or -1. decode
 // tells whether path segments are to be unescaped.
-func (m *routeMatcher) lookup(host, method, path string, decode, slash bool) int {
+func (m *Matcher) lookup(host, method, path string, decode, slash bool) int {
 	if host != "" {
 		for k := range m.hosts {
 			if asciiEqualFold(m.hosts[k].host, host) {
