@@ -23,52 +23,52 @@ import (
 // It is immutable after construction and safe for concurrent use.
 type Matcher struct {
 	patterns []string      // as given
-	info     []routeInfo   // per pattern
-	hosts    []routeHost   // patterns with a host, one entry per lower-cased host
-	anyHost  *routeMethods // patterns without a host; nil if none
+	info     []patternInfo // per pattern
+	hosts    []hostRoutes  // patterns with a host, one entry per lower-cased host
+	anyHost  *methodRoutes // patterns without a host; nil if none
 }
 
-// routeInfo is what exactMatch needs to know about a pattern.
-type routeInfo struct {
+// patternInfo is what exactMatch needs to know about a pattern.
+type patternInfo struct {
 	nsegs     int  // number of segments, as in net/http's pattern.segments
 	lastMulti bool // last segment is a multi wildcard (or a trailing slash)
 }
 
-type routeHost struct {
+type hostRoutes struct {
 	host    string // ASCII lower-cased
-	methods *routeMethods
+	methods *methodRoutes
 }
 
-// routeMethods is the method level of the tree.
-type routeMethods struct {
-	methods []routeMethod
-	any     *routeNode // patterns without a method
+// methodRoutes is the method level of the tree.
+type methodRoutes struct {
+	methods []methodRoute
+	any     *node // patterns without a method
 }
 
-type routeMethod struct {
+type methodRoute struct {
 	method string
-	root   *routeNode
+	root   *node
 }
 
-// routeNode is a node of the path levels of the tree.
-type routeNode struct {
-	pat    int                   // index of the pattern ending here, or -1
-	lits   []routeEdge           // literal children, keyed by unescaped literal ("/" for {$})
-	litMap map[string]*routeNode // the same as lits, when there are many
-	wild   *routeNode            // single-wildcard child (also the child for an empty literal, as in ServeMux)
-	multi  int                   // pattern of the multi-wildcard child, or -1
+// node is a node of the path levels of the tree.
+type node struct {
+	pat    int              // index of the pattern ending here, or -1
+	lits   []edge           // literal children, keyed by unescaped literal ("/" for {$})
+	litMap map[string]*node // the same as lits, when there are many
+	wild   *node            // single-wildcard child (also the child for an empty literal, as in ServeMux)
+	multi  int              // pattern of the multi-wildcard child, or -1
 }
 
-type routeEdge struct {
+type edge struct {
 	lit  string
-	node *routeNode
+	node *node
 	// word is lit's bytes, little-endian, if it has at most eight: a
 	// segment read as one word then compares without a call.
 	word uint64
 }
 
-func newRouteEdge(lit string, node *routeNode) routeEdge {
-	e := routeEdge{lit: lit, node: node}
+func newEdge(lit string, child *node) edge {
+	e := edge{lit: lit, node: child}
 	if len(lit) <= 8 {
 		for i := len(lit) - 1; i >= 0; i-- {
 			e.word = e.word<<8 | uint64(lit[i])
@@ -77,18 +77,18 @@ func newRouteEdge(lit string, node *routeNode) routeEdge {
 	return e
 }
 
-// routeLitMapMin is the number of literal children from which a node also
+// litMapMin is the number of literal children from which a node also
 // indexes them in a map.
-const routeLitMapMin = 8
+const litMapMin = 8
 
-// routeSeg is a parsed pattern segment, as in net/http's pattern.go.
-type routeSeg struct {
+// segment is a parsed pattern segment, as in net/http's pattern.go.
+type segment struct {
 	s     string // unescaped literal, "/" for {$}, or wildcard name
 	wild  bool
 	multi bool
 }
 
-func newRouteNode() *routeNode { return &routeNode{pat: -1, multi: -1} }
+func newNode() *node { return &node{pat: -1, multi: -1} }
 
 // New returns the Matcher of patterns, or an error if the list is empty,
 // if a pattern is invalid or if two patterns conflict. It registers every
@@ -101,7 +101,7 @@ func New(patterns []string) (*Matcher, error) {
 	if len(patterns) == 0 {
 		return nil, errors.New("no patterns")
 	}
-	if err := validateRoutePatterns(patterns); err != nil {
+	if err := validate(patterns); err != nil {
 		return nil, err
 	}
 	// Hosts are compared without regard to ASCII case here, unlike in
@@ -110,7 +110,7 @@ func New(patterns []string) (*Matcher, error) {
 	lowered := make([]string, len(patterns))
 	anyUpper := false
 	for i, p := range patterns {
-		_, host, path := splitRoutePattern(p)
+		_, host, path := splitPattern(p)
 		lh := asciiLower(host)
 		if lh != host {
 			anyUpper = true
@@ -118,29 +118,29 @@ func New(patterns []string) (*Matcher, error) {
 		lowered[i] = p[:len(p)-len(host)-len(path)] + lh + path
 	}
 	if anyUpper {
-		if err := validateRoutePatterns(lowered); err != nil {
+		if err := validate(lowered); err != nil {
 			return nil, fmt.Errorf("with hosts compared regardless of case: %w", err)
 		}
 	}
 
 	m := &Matcher{
 		patterns: append([]string(nil), patterns...),
-		info:     make([]routeInfo, len(patterns)),
+		info:     make([]patternInfo, len(patterns)),
 	}
 	for i, p := range patterns {
-		method, host, path := splitRoutePattern(p)
-		segs, err := parseRouteSegments(path)
+		method, host, path := splitPattern(p)
+		segs, err := parseSegments(path)
 		if err != nil {
 			// ServeMux accepted the pattern, which happens only with
 			// GODEBUG=httpmuxgo121=1, where it does not parse patterns.
 			return nil, fmt.Errorf("parsing %q: %w", p, err)
 		}
-		m.info[i] = routeInfo{nsegs: len(segs), lastMulti: segs[len(segs)-1].multi}
+		m.info[i] = patternInfo{nsegs: len(segs), lastMulti: segs[len(segs)-1].multi}
 		ms := m.methodsFor(asciiLower(host))
-		var root *routeNode
+		var root *node
 		if method == "" {
 			if ms.any == nil {
-				ms.any = newRouteNode()
+				ms.any = newNode()
 			}
 			root = ms.any
 		} else {
@@ -150,8 +150,8 @@ func New(patterns []string) (*Matcher, error) {
 				}
 			}
 			if root == nil {
-				root = newRouteNode()
-				ms.methods = append(ms.methods, routeMethod{method, root})
+				root = newNode()
+				ms.methods = append(ms.methods, methodRoute{method, root})
 			}
 		}
 		if !root.add(segs, i) {
@@ -161,9 +161,9 @@ func New(patterns []string) (*Matcher, error) {
 	return m, nil
 }
 
-// validateRoutePatterns registers patterns on a fresh http.ServeMux and returns its
+// validate registers patterns on a fresh http.ServeMux and returns its
 // panic, if any, as an error.
-func validateRoutePatterns(patterns []string) (err error) {
+func validate(patterns []string) (err error) {
 	mux := http.NewServeMux()
 	h := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
 	defer func() {
@@ -181,9 +181,9 @@ func validateRoutePatterns(patterns []string) (err error) {
 	return nil
 }
 
-// splitRoutePattern splits a pattern into method, host and path as
+// splitPattern splits a pattern into method, host and path as
 // net/http's parsePattern does. The pattern must be valid.
-func splitRoutePattern(s string) (method, host, path string) {
+func splitPattern(s string) (method, host, path string) {
 	rest := s
 	if i := strings.IndexAny(s, " \t"); i >= 0 {
 		method, rest = s[:i], strings.TrimLeft(s[i+1:], " \t")
@@ -194,17 +194,17 @@ func splitRoutePattern(s string) (method, host, path string) {
 	return method, rest, ""
 }
 
-// parseRouteSegments parses the path of a pattern into segments as
+// parseSegments parses the path of a pattern into segments as
 // net/http's parsePattern does.
-func parseRouteSegments(rest string) ([]routeSeg, error) {
+func parseSegments(rest string) ([]segment, error) {
 	if rest == "" {
 		return nil, errors.New("host/path missing /")
 	}
-	var segs []routeSeg
+	var segs []segment
 	for len(rest) > 0 {
 		rest = rest[1:]
 		if len(rest) == 0 {
-			segs = append(segs, routeSeg{wild: true, multi: true})
+			segs = append(segs, segment{wild: true, multi: true})
 			break
 		}
 		i := strings.IndexByte(rest, '/')
@@ -217,7 +217,7 @@ func parseRouteSegments(rest string) ([]routeSeg, error) {
 			if u, err := url.PathUnescape(seg); err == nil {
 				seg = u
 			}
-			segs = append(segs, routeSeg{s: seg})
+			segs = append(segs, segment{s: seg})
 			continue
 		}
 		if seg[0] != '{' || seg[len(seg)-1] != '}' {
@@ -228,22 +228,22 @@ func parseRouteSegments(rest string) ([]routeSeg, error) {
 			if rest != "" {
 				return nil, errors.New("{$} not at end")
 			}
-			segs = append(segs, routeSeg{s: "/"})
+			segs = append(segs, segment{s: "/"})
 			break
 		}
 		name, multi := strings.CutSuffix(name, "...")
 		if multi && rest != "" {
 			return nil, errors.New("{...} wildcard not at end")
 		}
-		segs = append(segs, routeSeg{s: name, wild: true, multi: multi})
+		segs = append(segs, segment{s: name, wild: true, multi: multi})
 	}
 	return segs, nil
 }
 
-func (m *Matcher) methodsFor(host string) *routeMethods {
+func (m *Matcher) methodsFor(host string) *methodRoutes {
 	if host == "" {
 		if m.anyHost == nil {
-			m.anyHost = &routeMethods{}
+			m.anyHost = &methodRoutes{}
 		}
 		return m.anyHost
 	}
@@ -252,15 +252,15 @@ func (m *Matcher) methodsFor(host string) *routeMethods {
 			return h.methods
 		}
 	}
-	ms := &routeMethods{}
-	m.hosts = append(m.hosts, routeHost{host, ms})
+	ms := &methodRoutes{}
+	m.hosts = append(m.hosts, hostRoutes{host, ms})
 	return ms
 }
 
 // add adds the path segments of pattern i below n, as net/http's
 // routingNode.addSegments does. It reports false if another pattern
 // already ends at the same node.
-func (n *routeNode) add(segs []routeSeg, i int) bool {
+func (n *node) add(segs []segment, i int) bool {
 	for ; len(segs) > 0; segs = segs[1:] {
 		s := segs[0]
 		switch {
@@ -272,17 +272,17 @@ func (n *routeNode) add(segs []routeSeg, i int) bool {
 			return true
 		case s.wild || s.s == "":
 			if n.wild == nil {
-				n.wild = newRouteNode()
+				n.wild = newNode()
 			}
 			n = n.wild
 		default:
 			c := n.literal(s.s, s.s)
 			if c == nil {
-				c = newRouteNode()
-				n.lits = append(n.lits, newRouteEdge(s.s, c))
-				if n.litMap != nil || len(n.lits) >= routeLitMapMin {
+				c = newNode()
+				n.lits = append(n.lits, newEdge(s.s, c))
+				if n.litMap != nil || len(n.lits) >= litMapMin {
 					if n.litMap == nil {
-						n.litMap = make(map[string]*routeNode, len(n.lits))
+						n.litMap = make(map[string]*node, len(n.lits))
 						for _, e := range n.lits {
 							n.litMap[e.lit] = e.node
 						}
@@ -302,7 +302,7 @@ func (n *routeNode) add(segs []routeSeg, i int) bool {
 
 // leafFor returns the pattern that ends where segs would end below n.
 // It is used only to explain a failed add.
-func (n *routeNode) leafFor(segs []routeSeg) int {
+func (n *node) leafFor(segs []segment) int {
 	for ; len(segs) > 0; segs = segs[1:] {
 		s := segs[0]
 		switch {
@@ -319,7 +319,7 @@ func (n *routeNode) leafFor(segs []routeSeg) int {
 
 // literal returns the literal child of n with the unescaped key lit.
 // rest is lit and what follows it in the path.
-func (n *routeNode) literal(lit, rest string) *routeNode {
+func (n *node) literal(lit, rest string) *node {
 	if n.litMap != nil {
 		return n.litMap[lit]
 	}
@@ -348,7 +348,7 @@ func (n *routeNode) literal(lit, rest string) *routeNode {
 
 // literalEscaped returns the literal child of n whose key is the
 // unescaping of seg, which contains only valid %XX escapes.
-func (n *routeNode) literalEscaped(seg string) *routeNode {
+func (n *node) literalEscaped(seg string) *node {
 	if n.litMap != nil {
 		var buf [128]byte
 		if len(seg) <= len(buf) {
@@ -386,7 +386,7 @@ func (m *Matcher) Match(r *http.Request) int {
 	if r == nil || r.URL == nil {
 		return -1
 	}
-	path, decode := requestEscapedPath(r.URL)
+	path, decode := escapedPath(r.URL)
 	method := r.Method
 	if method == "" {
 		method = http.MethodGet
@@ -396,7 +396,7 @@ func (m *Matcher) Match(r *http.Request) int {
 		// was not clean: either way, no handler.
 		if path == "" {
 			path, decode = "/", false
-		} else if !isCleanRoutePath(path) {
+		} else if !isCleanPath(path) {
 			return -1
 		}
 	} else if path != "" && path[0] != '/' {
@@ -411,7 +411,7 @@ func (m *Matcher) Match(r *http.Request) int {
 		if host == "" {
 			host = r.URL.Host
 		}
-		host = stripRoutePort(host)
+		host = stripPort(host)
 	}
 
 	i := m.lookup(host, method, path, decode, false)
@@ -466,8 +466,8 @@ func (m *Matcher) lookup(host, method, path string, decode, slash bool) int {
 	return m.anyHost.lookup(method, path, decode, slash)
 }
 
-func (ms *routeMethods) lookup(method, path string, decode, slash bool) int {
-	var get *routeNode
+func (ms *methodRoutes) lookup(method, path string, decode, slash bool) int {
+	var get *node
 	for k := range ms.methods {
 		e := &ms.methods[k]
 		if e.method == method {
@@ -492,7 +492,7 @@ func (ms *routeMethods) lookup(method, path string, decode, slash bool) int {
 
 // lookup is net/http's routingNode.matchPath. The path to match is path
 // followed by a "/" if slash is set; path is empty or starts with '/'.
-func (n *routeNode) lookup(path string, decode, slash bool) int {
+func (n *node) lookup(path string, decode, slash bool) int {
 	if path == "" && !slash {
 		return n.pat
 	}
@@ -516,7 +516,7 @@ func (n *routeNode) lookup(path string, decode, slash bool) int {
 	// Literal children first. (An empty segment finds the wildcard child
 	// in ServeMux, which is tried next anyway.)
 	if seg != "" {
-		var c *routeNode
+		var c *node
 		if escaped {
 			c = n.literalEscaped(seg)
 		} else {
@@ -539,19 +539,19 @@ func (n *routeNode) lookup(path string, decode, slash bool) int {
 	return n.multi
 }
 
-// requestEscapedPath returns u.EscapedPath() without allocating: either
+// escapedPath returns u.EscapedPath() without allocating: either
 // u.RawPath, whose segments are then to be unescaped (decode), or u.Path,
 // whose segments are what unescaping the segments of u.EscapedPath()
 // would give back.
-func requestEscapedPath(u *url.URL) (path string, decode bool) {
-	if u.RawPath != "" && validEncodedRoutePath(u.RawPath) && unescapedEqual(u.RawPath, u.Path) {
+func escapedPath(u *url.URL) (path string, decode bool) {
+	if u.RawPath != "" && validEncodedPath(u.RawPath) && unescapedEqual(u.RawPath, u.Path) {
 		return u.RawPath, true
 	}
 	return u.Path, false
 }
 
-// validEncodedRoutePath is net/url's validEncoded(s, encodePath).
-func validEncodedRoutePath(s string) bool {
+// validEncodedPath is net/url's validEncoded(s, encodePath).
+func validEncodedPath(s string) bool {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		switch {
@@ -620,9 +620,9 @@ func unhexByte(c byte) byte {
 	return 0
 }
 
-// isCleanRoutePath reports whether net/http's cleanPath(p) == p: p starts
+// isCleanPath reports whether net/http's cleanPath(p) == p: p starts
 // with '/' and has no empty, "." or ".." segment (but may end in '/').
-func isCleanRoutePath(p string) bool {
+func isCleanPath(p string) bool {
 	if p == "" || p[0] != '/' {
 		return false
 	}
@@ -653,9 +653,9 @@ func isCleanRoutePath(p string) bool {
 	return true
 }
 
-// stripRoutePort is net/http's stripHostPort: h without a port, if
+// stripPort is net/http's stripHostPort: h without a port, if
 // net.SplitHostPort accepts it, else h. It does not allocate.
-func stripRoutePort(h string) string {
+func stripPort(h string) string {
 	i := strings.LastIndexByte(h, ':')
 	if i < 0 {
 		return h

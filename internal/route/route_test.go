@@ -140,7 +140,7 @@ func newRouteTestMux(t testing.TB, patterns []string) *http.ServeMux {
 	for _, p := range patterns {
 		// Matcher compares hosts regardless of case; serveMuxRoute
 		// lower-cases request hosts, and this function pattern hosts.
-		_, host, path := splitRoutePattern(p)
+		_, host, path := splitPattern(p)
 		mux.Handle(p[:len(p)-len(host)-len(path)]+strings.ToLower(host)+path, routeTestHandler(p))
 	}
 	return mux
@@ -411,7 +411,7 @@ func randomRoutePath(rng *rand.Rand) string {
 // wildcards filled in, its literals sometimes escaped or replaced, its end
 // sometimes changed.
 func randomRoutePathFor(rng *rand.Rand, patterns []string) string {
-	_, _, p := splitRoutePattern(patterns[rng.IntN(len(patterns))])
+	_, _, p := splitPattern(patterns[rng.IntN(len(patterns))])
 	randomSeg := func() string { return routeTestSegments[rng.IntN(len(routeTestSegments))] }
 	var b strings.Builder
 	for _, seg := range strings.Split(p, "/")[1:] {
@@ -479,7 +479,7 @@ func TestMatchServeMuxDifferential(t *testing.T) {
 			}
 			// Every pattern's own path, with variations.
 			for _, p := range patterns {
-				_, host, path := splitRoutePattern(p)
+				_, host, path := splitPattern(p)
 				for _, v := range []string{path, strings.TrimSuffix(path, "/"), path + "/", path + "x", path + "/x/y",
 					strings.ReplaceAll(path, "{$}", ""), strings.ReplaceAll(strings.ReplaceAll(path, "{", ""), "}", "")} {
 					for _, method := range routeTestMethods {
@@ -514,7 +514,7 @@ func TestMatchServeMuxDifferential(t *testing.T) {
 }
 
 func TestCleanPathAndPort(t *testing.T) {
-	// isCleanRoutePath(p) == (cleanPath(p) == p), with cleanPath as in net/http.
+	// isCleanPath(p) == (cleanPath(p) == p), with cleanPath as in net/http.
 	cleanPath := func(p string) string {
 		if p == "" {
 			return "/"
@@ -535,9 +535,9 @@ func TestCleanPathAndPort(t *testing.T) {
 			b.WriteString([]string{"/", "/", "/", ".", "..", "a", "b.", "/abcdefgh", "/xy"}[rng.IntN(9)])
 		}
 		p := b.String()
-		require.Equal(t, cleanPath(p) == p, isCleanRoutePath(p), "%q", p)
+		require.Equal(t, cleanPath(p) == p, isCleanPath(p), "%q", p)
 	}
-	// stripRoutePort agrees with net/http's stripHostPort.
+	// stripPort agrees with net/http's stripHostPort.
 	stripHostPort := func(h string) string {
 		if !strings.Contains(h, ":") {
 			return h
@@ -554,15 +554,15 @@ func TestCleanPathAndPort(t *testing.T) {
 			b.WriteString([]string{":", "[", "]", "a", "1", "::", "x.y"}[rng.IntN(7)])
 		}
 		h := b.String()
-		require.Equal(t, stripHostPort(h), stripRoutePort(h), "%q", h)
+		require.Equal(t, stripHostPort(h), stripPort(h), "%q", h)
 	}
 	for _, h := range routeTestHosts {
-		require.Equal(t, stripHostPort(h), stripRoutePort(h), "%q", h)
+		require.Equal(t, stripHostPort(h), stripPort(h), "%q", h)
 	}
 }
 
 func TestEscapedPath(t *testing.T) {
-	// requestEscapedPath splits into the same unescaped segments as
+	// escapedPath splits into the same unescaped segments as
 	// u.EscapedPath().
 	rng := rand.New(rand.NewPCG(5, 6))
 	segs := func(p string, decode bool) []string {
@@ -579,9 +579,9 @@ func TestEscapedPath(t *testing.T) {
 	}
 	for range 20000 {
 		u := randomRouteURL(rng, randomRoutePath(rng))
-		p, decode := requestEscapedPath(u)
+		p, decode := escapedPath(u)
 		require.Equal(t, segs(u.EscapedPath(), true), segs(p, decode), "path=%q rawpath=%q", u.Path, u.RawPath)
-		require.Equal(t, isCleanRoutePath(u.EscapedPath()), isCleanRoutePath(p))
+		require.Equal(t, isCleanPath(u.EscapedPath()), isCleanPath(p))
 	}
 }
 
