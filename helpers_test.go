@@ -197,3 +197,12 @@ func testCircuit(key string) *circuit {
 	c.b.init(key, &cfg.policy.settings, 0, nil)
 	return c
 }
+
+// keys returns the keys of tr's live breakers, sorted.
+func keys(tr *Transport) []string {
+	var out []string
+	for _, s := range tr.Snapshot() {
+		out = append(out, s.Key)
+	}
+	return out
+}

@@ -8,8 +8,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/httpbreaker/httpbreaker/internal/swar"
 )
 
 // policy is everything the calls of one breaker run under: the breaker's
@@ -181,30 +179,6 @@ func parseSelector(s string) (selector, error) {
 		}
 	}
 	return sel, nil
-}
-
-// keyHost is the host part of a key as selectors compare it: valid UTF-8
-// and lower-cased, as HostKey makes it; keys of a custom KeyFunc are
-// compared the same way.
-func keyHost(h string) string {
-	if swar.HasUpperOrNonASCII(h) {
-		return slowHostKey(h)
-	}
-	return h
-}
-
-// splitKeyPort splits the host part of a key into host and port, where
-// the port is what follows the last colon when that is all digits and
-// not inside an IPv6 literal's brackets.
-func splitKeyPort(h string) (host, port string) {
-	i := len(h)
-	for i > 0 && h[i-1] >= '0' && h[i-1] <= '9' {
-		i--
-	}
-	if i == len(h) || i == 0 || h[i-1] != ':' {
-		return h, ""
-	}
-	return h[:i-1], h[i:]
 }
 
 // matches reports whether the selector names key.

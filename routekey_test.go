@@ -169,6 +169,45 @@ func TestRoutesPastTheBoundDoNotAllocate(t *testing.T) {
 	require.Zero(t, testing.AllocsPerRun(100, func() { _, _ = tr.RoundTrip(last) }))
 }
 
+func TestRouteKeyNeverPerRawPath(t *testing.T) {
+	k := RouteKey("GET /users/{id}", "POST /v1/charges", "/files/{path...}")
+	require.Equal(t, "api.test GET /users/{id}", k(mustReq(t, "http://api.test/users/1")))
+	require.Equal(t, "api.test GET /users/{id}", k(mustReq(t, "http://API.test/users/2")))
+	require.Equal(t, "api.test /files/{path...}", k(mustReq(t, "http://api.test/files/a/b/c.txt")))
+	require.Equal(t, "api.test", k(mustReq(t, "http://api.test/unknown/path")), "unmatched → host key")
+	post, _ := http.NewRequest(http.MethodPost, "http://api.test/v1/charges", nil)
+	require.Equal(t, "api.test POST /v1/charges", k(post))
+	require.Equal(t, "api.test", k(mustReq(t, "http://api.test/v1/charges")), "GET does not match a POST pattern")
+}
+
+func TestWithRoutesGivesEachOperationItsOwnBreaker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(500)
+		tr := New(d, WithRoutes("GET /users/{id}", "GET /orders/{id}"), WithMinRequests(2))
+		for i := range 2 {
+			_, _ = get(t, tr, "http://api.test/users/"+itoaTest(i))
+		}
+		require.Equal(t, StateOpen, tr.State("api.test GET /users/{id}"))
+		require.Equal(t, StateClosed, tr.State("api.test GET /orders/{id}"))
+		d.set(200, nil)
+		resp, err := get(t, tr, "http://api.test/orders/7")
+		require.NoError(t, err)
+		require.Equal(t, 200, resp.StatusCode, "another route keeps working")
+	})
+}
+
+// TestRouteKeyNeverCutsInsideARune: RouteKey cuts the host key so that
+// host + " " + pattern fits in 512 bytes; cutting at a byte count can
+// split a multi-byte rune and leave invalid UTF-8 in the key, which
+// becomes a Prometheus label value.
+func TestRouteKeyNeverCutsInsideARune(t *testing.T) {
+	k := RouteKey("GET /users/{id}")
+	// 501 bytes of host: cut to 496 for "GET /users/{id}", inside an 'é'.
+	u, err := url.Parse("http://a" + strings.Repeat("é", 250) + "/users/1")
+	require.NoError(t, err)
+	requireKey(t, "RouteKey", k(&http.Request{Method: http.MethodGet, URL: u}))
+}
+
 func TestRouteKeyPanics(t *testing.T) {
 	require.PanicsWithError(t, "httpbreaker: RouteKey: no patterns", func() { RouteKey() })
 

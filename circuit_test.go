@@ -1,0 +1,110 @@
+package httpbreaker
+
+import (
+	"net/http"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestMaxBreakersFallsBackToTheHostKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(200)
+		tr := New(d, WithRoutes("/a/{id}", "/b/{id}", "/c/{id}"), WithMaxBreakers(2))
+		_, _ = get(t, tr, "http://api.test/other")
+		_, _ = get(t, tr, "http://api.test/a/1")
+		require.Equal(t, []string{"api.test", "api.test /a/{id}"}, keys(tr))
+		// Past the cap, a new route key falls back to its host key.
+		d.set(500, nil)
+		for range 25 {
+			_, _ = get(t, tr, "http://api.test/b/1")
+		}
+		require.Equal(t, []string{"api.test", "api.test /a/{id}"}, keys(tr))
+		require.Equal(t, StateOpen, tr.State("api.test"), "its failures count on the host breaker")
+		// A new host with no room at all goes through unprotected.
+		before := d.calls.Load()
+		for range 30 {
+			_, _ = get(t, tr, "http://new.test/c/1")
+		}
+		require.Equal(t, before+30, d.calls.Load())
+		require.Len(t, tr.Snapshot(), 2)
+	})
+}
+
+func TestEvictionTakesIdleClosedBreakersOnly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(500)
+		tr := New(d, WithMaxBreakers(2), WithMinRequests(1), WithOpenTimeout(time.Hour), WithMaxOpenTimeout(time.Hour))
+		_, _ = get(t, tr, "http://down.test/") // opens
+		d.set(200, nil)
+		_, _ = get(t, tr, "http://idle.test/")
+		require.Equal(t, []string{"down.test", "idle.test"}, keys(tr))
+		// Within a window nothing is idle: the new key goes unprotected.
+		_, _ = get(t, tr, "http://new.test/")
+		require.Equal(t, []string{"down.test", "idle.test"}, keys(tr))
+		// After a quiet window the idle closed breaker makes room; the
+		// open one never does.
+		time.Sleep(11 * time.Second)
+		_, _ = get(t, tr, "http://new.test/")
+		require.Equal(t, []string{"down.test", "new.test"}, keys(tr))
+		time.Sleep(11 * time.Second)
+		for i := range 10 {
+			_, _ = get(t, tr, "http://more"+itoaTest(i)+".test/")
+		}
+		ks := keys(tr)
+		require.Len(t, ks, 2)
+		require.Equal(t, "down.test", ks[0])
+		require.Equal(t, StateOpen, tr.State("down.test"))
+	})
+}
+
+func TestEvictionNeverTakesAHalfOpenBreaker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(500)
+		gate := make(chan struct{})
+		next := rtFunc(func(r *http.Request) (*http.Response, error) {
+			if r.URL.Host == "probing.test" && d.calls.Load() > 0 {
+				<-gate // the probe hangs
+			}
+			return d.RoundTrip(r)
+		})
+		tr := New(next, WithMaxBreakers(1), WithMinRequests(1), WithJitter(0), WithOpenTimeout(time.Second))
+		_, _ = get(t, tr, "http://probing.test/") // opens
+		time.Sleep(time.Second)
+		done := make(chan struct{})
+		go func() { _, _ = get(t, tr, "http://probing.test/"); close(done) }()
+		synctest.Wait()
+		time.Sleep(11 * time.Second) // a quiet window: only its probe is in flight
+		require.Equal(t, StateHalfOpen, tr.State("probing.test"))
+		_, _ = get(t, tr, "http://newcomer.test/")
+		require.Equal(t, []string{"probing.test"}, keys(tr), "the half-open breaker keeps its place")
+		close(gate)
+		<-done
+	})
+}
+
+// TestFullCapTakesNoLock: once the cap is reached with nothing to evict, a
+// flood of new keys finds its way (the host's breaker, or none) without
+// taking the Transport's lock, until a breaker could be evicted.
+func TestFullCapTakesNoLock(t *testing.T) {
+	d := newDep(200)
+	tr := New(d, WithRoutes("/a/{id}"), WithMaxBreakers(1))
+	_, err := get(t, tr, "http://api.test/other") // the host's breaker: the cap is reached
+	require.NoError(t, err)
+	_, err = get(t, tr, "http://api.test/a/1") // no room for the route: the host's breaker
+	require.NoError(t, err)
+	_, err = get(t, tr, "http://new.test/") // no room at all: unprotected
+	require.NoError(t, err)
+
+	requireNoLock(t, &tr.mu, "a request at the full cap", func() error {
+		if _, err := get(t, tr, "http://api.test/a/2"); err != nil {
+			return err
+		}
+		_, err := get(t, tr, "http://another.test/")
+		return err
+	})
+	require.Equal(t, int64(5), d.calls.Load(), "every request reached the dependency")
+	require.Equal(t, int64(3), tr.breakers.get("api.test").b.window().totals().requests())
+}
