@@ -45,25 +45,22 @@ const maxKeyLen = 512
 
 // HostKey is the default KeyFunc: the request's r.URL.Host, lower-cased,
 // without a trailing dot, with the port kept unless it is the scheme's
-// default and without leading zeros. So "https://API.example.com.:443",
-// "https://api.example.com" and "https://api.example.com:0443" share the
-// breaker "api.example.com", "api.example.com:8443" has its own, and
-// "http://x:443" keeps its port. It returns "" for a request without a
-// URL. Keys are valid UTF-8 (invalid bytes become U+FFFD) and at most 512
-// bytes long: a longer host is cut at a character boundary. It does not
-// allocate when the host is lower-case ASCII and needs no leading zero
-// or trailing dot removed.
+// default and without leading zeros. An empty port, which url.Parse keeps
+// and httputil.ReverseProxy passes on ("payments.internal:"), is the
+// default port. So "https://API.example.com.:443",
+// "https://api.example.com:", "https://api.example.com" and
+// "https://api.example.com:0443" share the breaker "api.example.com",
+// "api.example.com:8443" has its own, and "http://x:443" keeps its port.
+// It returns "" for a request without a URL. Keys are valid UTF-8
+// (invalid bytes become U+FFFD) and at most 512 bytes long: a longer host
+// is cut at a character boundary. It does not allocate when the host is
+// lower-case ASCII and needs no leading zero, trailing dot or port
+// removed.
 func HostKey(r *http.Request) string {
 	if r == nil || r.URL == nil {
 		return ""
 	}
-	h := r.URL.Host
-	if swar.HasUpperOrNonASCII(h) {
-		h = slowHostKey(h)
-	} else if len(h) > maxKeyLen {
-		h = h[:maxKeyLen]
-	}
-	return trimHostPort(h, defaultPort(r.URL.Scheme))
+	return readHost(r.URL.Host, defaultPort(r.URL.Scheme))
 }
 
 // defaultPort is the port a URL of scheme has when it names none.
@@ -77,41 +74,16 @@ func defaultPort(scheme string) string {
 	return ""
 }
 
-// trimHostPort is host[:port] as a key names it: without a trailing dot
-// on the host, leading zeros on the port, or the port when it is def.
-// It allocates only to rejoin a host and port it changed.
-func trimHostPort(h, def string) string {
-	n := len(h)
-	if n == 0 {
-		return h
-	}
-	if c := h[n-1]; c != '.' && (c < '0' || c > '9') {
-		return h // no port and no trailing dot: most hosts
-	}
-	host, port := splitKeyPort(h)
-	for len(port) > 1 && port[0] == '0' {
-		port = port[1:]
-	}
-	for len(host) > 1 && host[len(host)-1] == '.' {
-		host = host[:len(host)-1]
-	}
-	switch {
-	case port == "" || port == def:
-		return host
-	case len(host)+1+len(port) == len(h):
-		return h // nothing trimmed
-	}
-	return host + ":" + port
-}
-
-// canonicalHostKey is key as Trip, State and Reset read it: valid UTF-8,
-// and its host part (up to its first space) lower-cased, without a
-// trailing dot or leading zeros in its port, as HostKey makes it. A key
-// names a scheme's default port by leaving it out, as HostKey does.
+// canonicalHostKey is key as the Transport reads every key: the keys a
+// KeyFunc returns, the keys Trip, State and Reset are given, the keys
+// selectors are matched against, and whole-key selectors. It is valid
+// UTF-8, and its host part, up to its first space, is read as HostKey
+// reads a host (see readHost). A key names a scheme's default port by
+// leaving it out, as HostKey does, so a port in a key is always kept.
 func canonicalHostKey(key string) string {
 	key = canonicalKey(key)
 	host, rest, isRoute := strings.Cut(key, " ")
-	h := trimHostPort(keyHost(host), "")
+	h := readHost(host, "")
 	if h == host {
 		return key
 	}
@@ -121,32 +93,84 @@ func canonicalHostKey(key string) string {
 	return h
 }
 
-// keyHost is the host part of a key as selectors compare it: valid UTF-8
-// and lower-cased, as HostKey makes it; keys of a custom KeyFunc are
-// compared the same way.
-func keyHost(h string) string {
+// readHost is the one reading of a host: valid UTF-8, lower-cased, at
+// most maxKeyLen bytes, and trimmed by trimHostPort of a trailing dot,
+// a port's leading zeros, and a port that is empty or def. HostKey reads
+// r.URL.Host with def the scheme's default port; keys and the hosts of
+// selectors are read with def "". It does not allocate for a lower-case
+// ASCII host that needs nothing trimmed.
+func readHost(h, def string) string {
 	if swar.HasUpperOrNonASCII(h) {
-		return slowHostKey(h)
+		h = foldHost(h)
+	} else if len(h) > maxKeyLen {
+		h = h[:maxKeyLen]
 	}
-	return h
+	return trimHostPort(h, def)
 }
 
-// splitKeyPort splits the host part of a key into host and port, where
-// the port is what follows the last colon when that is all digits and
-// not inside an IPv6 literal's brackets.
+// trimHostPort is host[:port] as a key names it: without a trailing dot
+// on the host, leading zeros on the port, or the port when it is empty
+// or def. A host that loses its port is read again, so that the result
+// reads back as itself: "x.:" is "x", and "a.:1:" (no host, but a raw
+// host or key may be anything) is "a:1". It allocates only to rejoin a
+// host and port it changed.
+func trimHostPort(h, def string) string {
+	for {
+		n := len(h)
+		if n == 0 {
+			return h
+		}
+		if c := h[n-1]; c != '.' && c != ':' && (c < '0' || c > '9') {
+			return h // no port and no trailing dot: most hosts
+		}
+		host, port := splitKeyPort(h)
+		for len(port) > 1 && port[0] == '0' {
+			port = port[1:]
+		}
+		for len(host) > 1 && host[len(host)-1] == '.' {
+			host = host[:len(host)-1]
+		}
+		switch {
+		case port != "" && port != def && len(host)+1+len(port) == n:
+			return h // nothing trimmed
+		case port != "" && port != def:
+			return host + ":" + port
+		case host == h:
+			return h // no port, no trailing dot
+		}
+		h = host
+	}
+}
+
+// splitKeyPort splits the host part of a key into host and port: the
+// port is the digits after the last colon, none for an empty port, when
+// that colon is not the first byte; an IPv6 literal's colons are inside
+// its brackets, which end before a port's colon. Without a port, host is
+// h and port "".
 func splitKeyPort(h string) (host, port string) {
 	i := len(h)
 	for i > 0 && h[i-1] >= '0' && h[i-1] <= '9' {
 		i--
 	}
-	if i == len(h) || i == 0 || h[i-1] != ':' {
+	if i < 2 || h[i-1] != ':' {
 		return h, ""
 	}
 	return h[:i-1], h[i:]
 }
 
-// slowHostKey is HostKey for a host with upper-case or non-ASCII bytes.
-func slowHostKey(h string) string {
+// keyHost is the host part of a key as selectors compare it: valid UTF-8
+// and lower-cased, as HostKey makes it; keys of a custom KeyFunc are
+// compared the same way.
+func keyHost(h string) string {
+	if swar.HasUpperOrNonASCII(h) {
+		return foldHost(h)
+	}
+	return h
+}
+
+// foldHost is h valid UTF-8, lower-cased and cut to at most maxKeyLen
+// bytes, for a host with upper-case or non-ASCII bytes.
+func foldHost(h string) string {
 	if len(h) > 4*maxKeyLen {
 		h = h[:4*maxKeyLen] // bound the work; cut again below
 	}

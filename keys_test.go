@@ -1,10 +1,16 @@
 package httpbreaker
 
 import (
+	"io"
+	"log"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 	"unicode/utf8"
 
@@ -37,6 +43,91 @@ func TestHostKey(t *testing.T) {
 	require.Len(t, HostKey(long), maxKeyLen)
 	r := mustReq(t, "http://api.example.com/")
 	require.Zero(t, testing.AllocsPerRun(100, func() { _ = HostKey(r) }))
+}
+
+// TestEmptyPortIsTheDefaultPort: url.Parse keeps an empty port
+// ("payments.internal:"), and so does a request built from such a URL
+// without http.NewRequest, which drops it. An empty port is the
+// scheme's default: the key has no port, and a trailing dot before it
+// goes too. Trip, State and Reset read such a key the same way.
+func TestEmptyPortIsTheDefaultPort(t *testing.T) {
+	for raw, want := range map[string]string{
+		"http://payments.internal:/v1":  "payments.internal",
+		"https://payments.internal:/v1": "payments.internal",
+		"http://x.:/":                   "x",
+		"https://API.Example.com.:/":    "api.example.com",
+		"http://[::1]:/":                "[::1]",
+		"http://127.0.0.1:/":            "127.0.0.1",
+	} {
+		u, err := url.Parse(raw)
+		require.NoError(t, err)
+		require.True(t, strings.HasSuffix(u.Host, ":"), "url.Parse kept the empty port of %s", raw)
+		require.Equal(t, want, HostKey(&http.Request{URL: u}), raw)
+		require.Equal(t, want, canonicalHostKey(u.Host), "Trip, State and Reset read %q as HostKey does", u.Host)
+	}
+	require.Equal(t, "payments.internal GET /x", canonicalHostKey("payments.internal: GET /x"))
+}
+
+// TestEmptyPortThroughReverseProxy: httputil.ReverseProxy copies a
+// target's empty port into the outgoing request's URL. Its calls must
+// still be the host's, under the host's policy: with a bulkhead of one
+// and one call in flight, the proxied call is refused, not let through.
+func TestEmptyPortThroughReverseProxy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		gate := make(chan struct{})
+		var calls atomic.Int64
+		next := rtFunc(func(r *http.Request) (*http.Response, error) {
+			if calls.Add(1) == 1 {
+				<-gate // the first call holds the one place
+			}
+			return response(r, http.StatusOK, nil), nil
+		})
+		tr := New(next, WithPolicy("payments.internal", WithMaxConcurrent(1)))
+		done := make(chan struct{})
+		go func() { _, _ = get(t, tr, "http://payments.internal/v1/charges"); close(done) }()
+		defer func() { close(gate); <-done }()
+		synctest.Wait()
+		require.EqualValues(t, 1, calls.Load())
+
+		target, err := url.Parse("http://payments.internal:")
+		require.NoError(t, err)
+		proxy := httputil.NewSingleHostReverseProxy(target)
+		proxy.Transport = tr
+		proxy.ErrorLog = log.New(io.Discard, "", 0)
+		rec := httptest.NewRecorder()
+		proxy.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://front.test/v1/charges", nil))
+		require.Equal(t, http.StatusServiceUnavailable, rec.Code, "the payments bulkhead of 1 holds")
+		require.EqualValues(t, 1, calls.Load(), "the proxied call never reached payments")
+		require.Equal(t, []string{"payments.internal"}, keys(tr))
+	})
+}
+
+// TestKeyReadsBackAsItself: for every host of up to five bytes made of
+// the bytes the reading looks at, what HostKey makes of it, under each
+// scheme, reads back as itself when Trip, State, Reset or a selector
+// read it, and is never empty.
+func TestKeyReadsBackAsItself(t *testing.T) {
+	const alphabet = "a.:08[]"
+	var hosts []string
+	var grow func(prefix string)
+	grow = func(prefix string) {
+		hosts = append(hosts, prefix)
+		if len(prefix) < 5 {
+			for i := range len(alphabet) {
+				grow(prefix + alphabet[i:i+1])
+			}
+		}
+	}
+	grow("")
+	for _, h := range hosts {
+		for _, scheme := range []string{"http", "https", ""} {
+			k := HostKey(&http.Request{URL: &url.URL{Scheme: scheme, Host: h}})
+			if h != "" {
+				require.NotEmpty(t, k, "%s %q", scheme, h)
+			}
+			require.Equal(t, k, canonicalHostKey(k), "%s %q", scheme, h)
+		}
+	}
 }
 
 // asciiUpperTest upper-cases ASCII letters only.
