@@ -158,16 +158,6 @@ func splitKeyPort(h string) (host, port string) {
 	return h[:i-1], h[i:]
 }
 
-// keyHost is the host part of a key as selectors compare it: valid UTF-8
-// and lower-cased, as HostKey makes it; keys of a custom KeyFunc are
-// compared the same way.
-func keyHost(h string) string {
-	if swar.HasUpperOrNonASCII(h) {
-		return foldHost(h)
-	}
-	return h
-}
-
 // foldHost is h valid UTF-8, lower-cased and cut to at most maxKeyLen
 // bytes, for a host with upper-case or non-ASCII bytes.
 func foldHost(h string) string {
