@@ -100,7 +100,11 @@ func (p *policy) rejudge(req *http.Request, o Outcome, err error, start, end int
 // selectors are read exactly as HostKey reads keys: lower-cased, without
 // a trailing dot — on a wildcard too, so "*.internal." is "*.internal" —,
 // with an empty port read as none and without leading zeros in a port.
-// Keys are read the same way before they are matched.
+// Keys are read the same way before they are matched. A key has no port
+// when the port is its scheme's default, so "payments.internal:443"
+// names only plain-http calls to port 443: https://payments.internal:443
+// is keyed "payments.internal", which the selector "payments.internal"
+// names.
 //
 // A breaker's settings are the defaults, then the Transport-wide options,
 // then every selector that names its key, from the widest to the

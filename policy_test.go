@@ -98,6 +98,23 @@ func TestSelectorsReadAsKeysAre(t *testing.T) {
 	}
 }
 
+// TestSelectorPortIsNeverTheDefault: a key leaves out its scheme's
+// default port, so a selector with port 443 names plain-http calls to
+// port 443, never https ones, which the host selector names.
+func TestSelectorPortIsNeverTheDefault(t *testing.T) {
+	tr := New(newDep(200), WithMinRequests(20),
+		WithPolicy("payments.internal:443", WithMinRequests(3)),
+		WithPolicy("payments.internal", WithMinRequests(4)))
+	for u, want := range map[string]int64{
+		"http://payments.internal:443/":  3,
+		"https://payments.internal:443/": 4,
+		"https://payments.internal/":     4,
+	} {
+		key := HostKey(mustReq(t, u))
+		require.EqualValues(t, want, minOf(t, tr, key), "%s, keyed %q", u, key)
+	}
+}
+
 func TestPolicyPrecedence(t *testing.T) {
 	// Each pair: the narrower selector wins over the wider one, whatever
 	// the order they are given in.
