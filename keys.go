@@ -16,10 +16,14 @@ import (
 // create a breaker per value. The Transport caps live breakers anyway (see
 // WithMaxBreakers), but a capped key set protects nothing.
 //
-// Keys should be valid UTF-8, as HostKey and RouteKey are. The Transport
-// reads a key that is not with each invalid byte replaced by U+FFFD (so
-// two keys that differ only there share a breaker, and metric labels stay
-// distinct), at the cost of that replacement on every request.
+// The Transport reads every key as Trip, State, Reset and WithPolicy's
+// selectors read keys: its host part, up to its first space, as HostKey
+// reads a host (lower-cased, without a trailing dot, an empty port or a
+// port's leading zeros, at most 512 bytes), and each byte that is not
+// valid UTF-8 replaced by U+FFFD. So "Tenant-A" and "tenant-a" share the
+// breaker "tenant-a", and metric labels stay valid. Keys of HostKey and
+// RouteKey read as themselves; a key that does not costs that reading on
+// every request.
 type KeyFunc func(*http.Request) string
 
 // keying is how a Transport picks a request's breaker, chosen once at
@@ -31,7 +35,7 @@ type keying struct {
 	routeKeys *routeKeyCache // the keys of routes, by host
 }
 
-// canonicalKey is key as the Transport keeps it: valid UTF-8.
+// canonicalKey is key as valid UTF-8: each invalid byte is U+FFFD.
 func canonicalKey(key string) string {
 	if utf8.ValidString(key) {
 		return key

@@ -235,6 +235,27 @@ func TestHostKeyNeverLongerThanMaxKeyLen(t *testing.T) {
 	}
 }
 
+// TestKeyFuncKeysReadAsEveryKeyIs: the Transport reads a KeyFunc's keys
+// as Trip, State, Reset and selectors read keys, so an operator who
+// trips the key the KeyFunc returns trips the breaker its requests use.
+func TestKeyFuncKeysReadAsEveryKeyIs(t *testing.T) {
+	d := newDep(200)
+	tr := New(d, WithKeyFunc(func(*http.Request) string { return "Tenant-A." }),
+		WithPolicy("tenant-a", WithMinRequests(3)))
+	_, err := get(t, tr, "http://api.test/")
+	require.NoError(t, err)
+	require.Equal(t, []string{"tenant-a"}, keys(tr))
+	require.EqualValues(t, 3, tr.Snapshot()[0].Settings.MinRequests)
+	tr.Trip("Tenant-A.", time.Hour)
+	require.Equal(t, []string{"tenant-a"}, keys(tr), "one breaker, whoever spells the key")
+	calls := d.calls.Load()
+	resp, err := get(t, tr, "http://api.test/")
+	require.NoError(t, err)
+	require.True(t, IsRejected(resp), "the tripped breaker is the one requests use")
+	require.Equal(t, calls, d.calls.Load())
+	require.Equal(t, StateOpen, tr.State("Tenant-A."))
+}
+
 // TestOperatorKeysReadAsHostKeyDoes: Trip, State and Reset read a key's
 // host part as HostKey does, so an operator's spelling reaches the
 // breaker requests use.
