@@ -160,8 +160,9 @@ func requireHostKey(t *testing.T, k string) {
 // FuzzHostKey: for any URL url.Parse accepts (and any string as a raw
 // host), HostKey never panics and returns a valid key; the key does not
 // depend on the ASCII case of the host; for an ASCII host it is the
-// lower-cased host, cut to maxKeyLen. RouteKey's keys, built on
-// HostKey's, obey the same bounds.
+// lower-cased host, cut to maxKeyLen and trimmed, and it reads back as
+// itself, as RouteKey's key does. RouteKey's keys, built on HostKey's,
+// obey the same bounds.
 func FuzzHostKey(f *testing.F) {
 	for _, s := range []string{
 		"http://API.Example.com:8443/x",
@@ -200,6 +201,8 @@ func FuzzHostKey(f *testing.F) {
 				require.Equal(t, trimHostPort(want, defaultPort(r.URL.Scheme)), k)
 				if !strings.Contains(k, " ") { // no real host has one: a space starts a key's route part
 					require.Equal(t, k, canonicalHostKey(k), "Trip, State and Reset read a host key as it is")
+					rk := route(r)
+					require.Equal(t, rk, canonicalHostKey(rk), "and a route key")
 				}
 			}
 			requireKey(t, "RouteKey", route(r))

@@ -243,11 +243,13 @@ func (hk *hostRoutes) key(host, pattern string, i int) string {
 
 // routeKeyString returns host + " " + pattern, cutting the host so that
 // the key is at most maxKeyLen bytes long (and the end of the key if the
-// pattern alone is too long for that).
+// pattern alone is too long for that). A cut host is read again, as every
+// key's host part is (it may end in a dot or a colon now), so that the
+// key reads back as itself.
 func routeKeyString(host, pattern string) string {
 	if len(host)+1+len(pattern) <= maxKeyLen {
 		return host + " " + pattern
 	}
 	n := max(maxKeyLen-1-len(pattern), 0)
-	return truncateUTF8(truncateUTF8(host, n)+" "+pattern, maxKeyLen)
+	return truncateUTF8(readHost(truncateUTF8(host, n), "")+" "+pattern, maxKeyLen)
 }

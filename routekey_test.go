@@ -208,6 +208,33 @@ func TestRouteKeyNeverCutsInsideARune(t *testing.T) {
 	requireKey(t, "RouteKey", k(&http.Request{Method: http.MethodGet, URL: u}))
 }
 
+// TestRouteKeyOfACutHostReadsBackAsItself: a host cut to make room for
+// the pattern can end in a dot or a colon; the key's host part is then
+// read as every key's is, so that Trip, State and Reset given the key
+// reach its breaker, and WithRoutes keeps that breaker at hand.
+func TestRouteKeyOfACutHostReadsBackAsItself(t *testing.T) {
+	const pattern = "GET /users/{id}" // leaves 496 bytes for the host
+	a := strings.Repeat("a", 494)
+	for host, want := range map[string]string{
+		a + "a.bbbb": a + "a",  // cut after the dot
+		a + "a:8443": a + "a",  // after the colon: an empty port
+		a + ".:8443": a + ":8", // inside the port, after a dot
+	} {
+		k := RouteKey(pattern)(routeRequest("GET", host, "/users/1"))
+		requireKey(t, "RouteKey", k)
+		require.Equal(t, k, canonicalHostKey(k), "%q", host)
+		require.Equal(t, want+" "+pattern, k)
+
+		tr := New(newDep(http.StatusOK), WithRoutes(pattern))
+		for range 2 {
+			_, err := get(t, tr, "http://"+host+"/users/1")
+			require.NoError(t, err)
+		}
+		require.Equal(t, []string{k}, keys(tr))
+		require.NotNil(t, tr.routes.get(0, HostKey(routeRequest("GET", host, "/"))), "kept at hand")
+	}
+}
+
 func TestRouteKeyPanics(t *testing.T) {
 	require.PanicsWithError(t, "httpbreaker: RouteKey: no patterns", func() { RouteKey() })
 
