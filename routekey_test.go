@@ -11,50 +11,17 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/httpbreaker/httpbreaker/internal/route/routetest"
 	"github.com/stretchr/testify/require"
 )
 
 // routeAPIPatterns is a realistic API pattern set, also used by the
-// benchmarks (internal/route's tests match against it too).
-var routeAPIPatterns = []string{
-	"GET /v1/users",
-	"POST /v1/users",
-	"GET /v1/users/{id}",
-	"PUT /v1/users/{id}",
-	"DELETE /v1/users/{id}",
-	"GET /v1/users/{id}/orders",
-	"POST /v1/users/{id}/orders",
-	"GET /v1/users/{id}/orders/{order}",
-	"POST /v1/charges",
-	"GET /v1/charges/{id}",
-	"POST /v1/charges/{id}/refunds",
-	"GET /v1/invoices",
-	"GET /v1/invoices/{id}",
-	"POST /v1/invoices/{id}/pay",
-	"/files/{path...}",
-	"GET /healthz",
-	"GET /v2/search",
-	"POST /v2/batch",
-	"/v2/admin/",
-	"GET /repos/{owner}/{repo}/issues",
-}
+// benchmarks.
+var routeAPIPatterns = routetest.APIPatterns
 
-// routeRequest returns a request for target, a path with an optional
-// query, as parsed from a request line.
-func routeRequest(method, host, target string) *http.Request {
-	u := &url.URL{}
-	if target != "" {
-		var err error
-		if u, err = url.ParseRequestURI(target); err != nil {
-			panic(err)
-		}
-	}
-	if host != "" {
-		u.Host = host
-		u.Scheme = "http"
-	}
-	return &http.Request{Method: method, URL: u}
-}
+// routeRequest returns a request for target, as parsed from a request
+// line.
+var routeRequest = routetest.Request
 
 // TestRoutesEvictedBreakerNotReused: under WithRoutes the Transport keeps
 // a route's breaker at hand; once the cap evicts it, requests on that

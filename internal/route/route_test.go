@@ -10,33 +10,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/httpbreaker/httpbreaker/internal/route/routetest"
 	"github.com/stretchr/testify/require"
 )
 
 // routeAPIPatterns is a realistic API pattern set, also used by the
 // benchmarks.
-var routeAPIPatterns = []string{
-	"GET /v1/users",
-	"POST /v1/users",
-	"GET /v1/users/{id}",
-	"PUT /v1/users/{id}",
-	"DELETE /v1/users/{id}",
-	"GET /v1/users/{id}/orders",
-	"POST /v1/users/{id}/orders",
-	"GET /v1/users/{id}/orders/{order}",
-	"POST /v1/charges",
-	"GET /v1/charges/{id}",
-	"POST /v1/charges/{id}/refunds",
-	"GET /v1/invoices",
-	"GET /v1/invoices/{id}",
-	"POST /v1/invoices/{id}/pay",
-	"/files/{path...}",
-	"GET /healthz",
-	"GET /v2/search",
-	"POST /v2/batch",
-	"/v2/admin/",
-	"GET /repos/{owner}/{repo}/issues",
-}
+var routeAPIPatterns = routetest.APIPatterns
 
 // routeTrickyPatterns exercises precedence, hosts, {$}, subtrees and
 // escaping.
@@ -188,22 +168,9 @@ func serveMuxRoute(mux *http.ServeMux, r *http.Request) (string, bool) {
 	return "", false
 }
 
-// routeRequest returns a request for target, a path with an optional
-// query, as parsed from a request line.
-func routeRequest(method, host, target string) *http.Request {
-	u := &url.URL{}
-	if target != "" {
-		var err error
-		if u, err = url.ParseRequestURI(target); err != nil {
-			panic(err)
-		}
-	}
-	if host != "" {
-		u.Host = host
-		u.Scheme = "http"
-	}
-	return &http.Request{Method: method, URL: u}
-}
+// routeRequest returns a request for target, as parsed from a request
+// line.
+var routeRequest = routetest.Request
 
 func TestMatch(t *testing.T) {
 	tests := []struct {
