@@ -8,30 +8,36 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// requireAgrees checks scan against naive, a byte loop, on every prefix
+// of base, for which scan must say false, and with every byte value at
+// every position of each prefix.
+func requireAgrees(t *testing.T, base string, scan, naive func(string) bool) {
+	t.Helper()
+	for n := 0; n <= len(base); n++ {
+		s := []byte(base[:n])
+		require.False(t, scan(string(s)), "%q", s)
+		for i := range s {
+			orig := s[i]
+			for c := range 256 {
+				s[i] = byte(c)
+				require.Equal(t, naive(string(s)), scan(string(s)), "%q", s)
+			}
+			s[i] = orig
+		}
+	}
+}
+
 // TestHasUpperOrNonASCII checks HasUpperOrNonASCII against a byte loop for
 // every byte value at every position of strings up to three words long.
 func TestHasUpperOrNonASCII(t *testing.T) {
-	naive := func(s string) bool {
+	requireAgrees(t, "api-0.example.test:8443[]", HasUpperOrNonASCII, func(s string) bool {
 		for i := 0; i < len(s); i++ {
 			if c := s[i]; 'A' <= c && c <= 'Z' || c >= utf8.RuneSelf {
 				return true
 			}
 		}
 		return false
-	}
-	base := "api-0.example.test:8443[]"
-	for n := 0; n <= len(base); n++ {
-		s := []byte(base[:n])
-		require.False(t, HasUpperOrNonASCII(string(s)), "%q", s)
-		for i := range s {
-			orig := s[i]
-			for c := range 256 {
-				s[i] = byte(c)
-				require.Equal(t, naive(string(s)), HasUpperOrNonASCII(string(s)), "%q", s)
-			}
-			s[i] = orig
-		}
-	}
+	})
 	require.True(t, HasUpperOrNonASCII(strings.Repeat("a", 100)+"Z"))
 }
 
@@ -39,20 +45,9 @@ func TestHasUpperOrNonASCII(t *testing.T) {
 // every byte value at every position of paths up to three words long,
 // and for every pair placed across a word's edge.
 func TestHasSlashPair(t *testing.T) {
-	naive := func(s string) bool { return strings.Contains(s, "//") || strings.Contains(s, "/.") }
-	base := "/v1/users/42/orders/x"
-	for n := 0; n <= len(base); n++ {
-		s := []byte(base[:n])
-		require.False(t, HasSlashPair(string(s)), "%q", s)
-		for i := range s {
-			orig := s[i]
-			for c := range 256 {
-				s[i] = byte(c)
-				require.Equal(t, naive(string(s)), HasSlashPair(string(s)), "%q", s)
-			}
-			s[i] = orig
-		}
-	}
+	requireAgrees(t, "/v1/users/42/orders/x", HasSlashPair, func(s string) bool {
+		return strings.Contains(s, "//") || strings.Contains(s, "/.")
+	})
 	for i := range 24 {
 		for _, pair := range []string{"//", "/."} {
 			p := strings.Repeat("a", i) + pair + strings.Repeat("b", 24-i)
