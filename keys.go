@@ -21,9 +21,10 @@ import (
 // reads a host (lower-cased, without a trailing dot, an empty port or a
 // port's leading zeros, at most 512 bytes), and each byte that is not
 // valid UTF-8 replaced by U+FFFD. So "Tenant-A" and "tenant-a" share the
-// breaker "tenant-a", and metric labels stay valid. Keys of HostKey and
-// RouteKey read as themselves; a key that does not costs that reading on
-// every request.
+// breaker "tenant-a", and metric labels stay valid. A key still longer
+// than 512 bytes is replaced by the request's host key. Keys of HostKey
+// and RouteKey read as themselves; a key that does not costs that
+// reading on every request.
 type KeyFunc func(*http.Request) string
 
 // keying is how a Transport picks a request's breaker, chosen once at

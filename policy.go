@@ -184,8 +184,10 @@ func parseSelector(s string) (selector, error) {
 		switch _, port := splitKeyPort(sel.host); {
 		case sel.host == ".": // "*..", "*.:": no suffix once read
 			return sel, noHost()
-		case port != "" || strings.HasPrefix(sel.host, ".."):
+		case port != "":
 			return sel, fmt.Errorf("selector %q: a wildcard names hosts on any port, as in \"*.example.com\"", s)
+		case strings.HasPrefix(sel.host, ".."):
+			return sel, fmt.Errorf("selector %q: a wildcard is \"*.\" and a suffix, as in \"*.example.com\"", s)
 		}
 	default:
 		sel.kind, sel.host = selHost, readHost(s, "")
