@@ -99,27 +99,20 @@ func canonicalHostKey(key string) string {
 }
 
 // readHost is the one reading of a host: valid UTF-8, lower-cased, at
-// most maxKeyLen bytes, and trimmed by trimHostPort of a trailing dot,
-// a port's leading zeros, and a port that is empty or def. HostKey reads
-// r.URL.Host with def the scheme's default port; keys and the hosts of
-// selectors are read with def "". It does not allocate for a lower-case
-// ASCII host that needs nothing trimmed.
+// most maxKeyLen bytes, without a trailing dot, a port's leading zeros,
+// or a port that is empty or def. HostKey reads r.URL.Host with def the
+// scheme's default port; keys and the hosts of selectors are read with
+// def "". A host that loses its port is read again, so that the result
+// reads back as itself: "x.:" is "x", and "a.:1:" (no host, but a raw
+// host or key may be anything) is "a:1". It does not allocate for a
+// lower-case ASCII host that needs nothing trimmed, and otherwise only
+// to fold the host or to rejoin a host and port it changed.
 func readHost(h, def string) string {
 	if swar.HasUpperOrNonASCII(h) {
 		h = foldHost(h)
 	} else if len(h) > maxKeyLen {
 		h = h[:maxKeyLen]
 	}
-	return trimHostPort(h, def)
-}
-
-// trimHostPort is host[:port] as a key names it: without a trailing dot
-// on the host, leading zeros on the port, or the port when it is empty
-// or def. A host that loses its port is read again, so that the result
-// reads back as itself: "x.:" is "x", and "a.:1:" (no host, but a raw
-// host or key may be anything) is "a:1". It allocates only to rejoin a
-// host and port it changed.
-func trimHostPort(h, def string) string {
 	for {
 		n := len(h)
 		if n == 0 {
@@ -135,12 +128,13 @@ func trimHostPort(h, def string) string {
 		for len(host) > 1 && host[len(host)-1] == '.' {
 			host = host[:len(host)-1]
 		}
-		switch {
-		case port != "" && port != def && len(host)+1+len(port) == n:
-			return h // nothing trimmed
-		case port != "" && port != def:
+		if port != "" && port != def {
+			if len(host)+1+len(port) == n {
+				return h // nothing trimmed
+			}
 			return host + ":" + port
-		case host == h:
+		}
+		if len(host) == n {
 			return h // no port, no trailing dot
 		}
 		h = host
