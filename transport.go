@@ -90,8 +90,8 @@ func New(next http.RoundTripper, opts ...Option) *Transport {
 	}
 	t.policies.Store(ps)
 	t.breakers.init()
-	if m := cfg.keys.routes; m != nil {
-		t.routes = newRouteBreakers(len(m.patterns))
+	if k := cfg.keys.routeKeys; k != nil {
+		t.routes = newRouteBreakers(len(k.patterns))
 	}
 	if cfg.registerer != nil {
 		t.registerMetrics(cfg.registerer)
