@@ -1,8 +1,8 @@
 // Command sdk-openai puts an httpbreaker Transport under an unmodified
 // openai-go client, at its default retry settings, and shows what a
-// caller sees: the trip, a refused call (one attempt, microseconds,
-// recognised through *openai.Error), sustained 429s, and a stream cut
-// mid-body under WithBodyErrors.
+// caller sees: the trip, and a refused call (one attempt, microseconds,
+// recognised through *openai.Error); its tests add sustained 429s and a
+// stream cut mid-body under WithBodyErrors.
 //
 // It talks only to a fake OpenAI API on 127.0.0.1 (an httptest server)
 // with a fake key. Run it with: go run . (from examples/sdk-openai).
