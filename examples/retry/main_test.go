@@ -182,3 +182,43 @@ func TestBreakerAwareClient(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckRetryOneLiner is the README's recipe, on a client at
+// retryablehttp's default retry settings (RetryMax 4; only the waits are
+// shortened): a refusal is one attempt in both rejection forms, and a
+// real 503 keeps all five.
+func TestCheckRetryOneLiner(t *testing.T) {
+	for _, asError := range []bool{false, true} {
+		var opts []httpbreaker.Option
+		if asError {
+			opts = append(opts, httpbreaker.WithRejectAsError())
+		}
+		attempts := 0
+		rc := retryablehttp.NewClient()
+		rc.Logger = nil
+		rc.RetryWaitMin, rc.RetryWaitMax = retryWaitMin, retryWaitMax
+		rc.HTTPClient = &http.Client{Transport: tripped(opts...)}
+		rc.RequestLogHook = func(retryablehttp.Logger, *http.Request, int) { attempts++ }
+		rc.CheckRetry = httpbreaker.CheckRetry(retryablehttp.DefaultRetryPolicy)
+
+		resp, err := rc.Get("http://rejected.invalid/x")
+		desc, rejected := describe(resp, err)
+		require.True(t, rejected, desc)
+		require.Equal(t, 1, attempts, desc)
+	}
+
+	dep := newDeadDependency()
+	defer dep.Close()
+	tr := httpbreaker.New(nil, httpbreaker.WithMinRequests(100))
+	defer tr.CloseIdleConnections()
+	attempts := 0
+	rc := retryablehttp.NewClient()
+	rc.Logger = nil
+	rc.RetryWaitMin, rc.RetryWaitMax = retryWaitMin, retryWaitMax
+	rc.HTTPClient = &http.Client{Transport: tr}
+	rc.RequestLogHook = func(retryablehttp.Logger, *http.Request, int) { attempts++ }
+	rc.CheckRetry = httpbreaker.CheckRetry(retryablehttp.DefaultRetryPolicy)
+	_, err := rc.Get(dep.URL + "/v1/thing")
+	require.Error(t, err, "giving up after the retries")
+	require.Equal(t, 1+4, attempts, "retryablehttp's default RetryMax kept")
+}
