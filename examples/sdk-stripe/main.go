@@ -292,56 +292,42 @@ func (c Cost) mode() string {
 // fresh Transport (whose breaker is open first if trip) and stripe-go
 // client, and measures it.
 func measure(ctx context.Context, asError bool, retries int64, customer string, trip bool) (Cost, error) {
-	c := Cost{Customer: customer, AsError: asError, Retries: retries}
-	fake := newFakeStripe()
-	defer fake.Close()
-	opts := []httpbreaker.Option{httpbreaker.WithMinRequests(100), httpbreaker.WithOpenTimeout(openTimeout)}
-	if asError {
-		opts = append(opts, httpbreaker.WithRejectAsError())
-	}
-	tr := httpbreaker.New(nil, opts...)
-	defer tr.CloseIdleConnections()
-	if trip {
-		tr.Trip(fake.key(), openTimeout)
-	}
-	var attempts attemptCounter
-	sc := newStripeClient(apiKey, tr, retries, fake.backend, attempts.count)
-	before := fake.counts()[customer]
-	start := time.Now()
-	_, err := sc.V1Customers.Retrieve(ctx, customer, nil)
-	c.Took = time.Since(start)
-	if err == nil {
-		return c, fmt.Errorf("Retrieve(%s): no error", customer)
-	}
-	c.Attempts = int(attempts.n.Load())
-	c.Reached = fake.counts()[customer] - before
-	c.ErrorsIs = errors.Is(err, httpbreaker.ErrOpen)
-	c.Type, c.Desc, c.Text = fmt.Sprintf("%T", err), describe(err), err.Error()
-	return c, nil
+	return measureWith(ctx, Cost{Customer: customer, AsError: asError, Retries: retries}, trip,
+		func(_ string, opts ...httpbreaker.Option) *httpbreaker.Transport {
+			if asError {
+				opts = append(opts, httpbreaker.WithRejectAsError())
+			}
+			return httpbreaker.New(nil, opts...)
+		})
 }
 
 // measureRecipe is measure through the recipe's Transport, with
 // stripe-go's default retries.
 func measureRecipe(ctx context.Context, customer string, trip bool) (Cost, error) {
-	c := Cost{Customer: customer, Retries: stripe.DefaultMaxNetworkRetries}
+	return measureWith(ctx, Cost{Customer: customer, Retries: stripe.DefaultMaxNetworkRetries}, trip, newTransport)
+}
+
+// measureWith is measure with the Transport newTr makes for the fake's
+// host, filling in c.
+func measureWith(ctx context.Context, c Cost, trip bool, newTr func(host string, opts ...httpbreaker.Option) *httpbreaker.Transport) (Cost, error) {
 	fake := newFakeStripe()
 	defer fake.Close()
-	tr := newTransport(fake.key(), httpbreaker.WithMinRequests(100), httpbreaker.WithOpenTimeout(openTimeout))
+	tr := newTr(fake.key(), httpbreaker.WithMinRequests(100), httpbreaker.WithOpenTimeout(openTimeout))
 	defer tr.CloseIdleConnections()
 	if trip {
 		tr.Trip(fake.key(), openTimeout)
 	}
 	var attempts attemptCounter
-	sc := newStripeClient(apiKey, tr, stripe.DefaultMaxNetworkRetries, fake.backend, attempts.count)
-	before := fake.counts()[customer]
+	sc := newStripeClient(apiKey, tr, c.Retries, fake.backend, attempts.count)
+	before := fake.counts()[c.Customer]
 	start := time.Now()
-	_, err := sc.V1Customers.Retrieve(ctx, customer, nil)
+	_, err := sc.V1Customers.Retrieve(ctx, c.Customer, nil)
 	c.Took = time.Since(start)
 	if err == nil {
-		return c, fmt.Errorf("Retrieve(%s): no error", customer)
+		return c, fmt.Errorf("Retrieve(%s): no error", c.Customer)
 	}
 	c.Attempts = int(attempts.n.Load())
-	c.Reached = fake.counts()[customer] - before
+	c.Reached = fake.counts()[c.Customer] - before
 	c.ErrorsIs, c.Refused = errors.Is(err, httpbreaker.ErrOpen), isRefused(err)
 	c.Type, c.Desc, c.Text = fmt.Sprintf("%T", err), describe(err), err.Error()
 	return c, nil
