@@ -125,11 +125,10 @@ func (p probeResult) String() string {
 
 // ticket is what an admitted call carries to its outcome.
 type ticket struct {
-	s     *settings // the settings it was admitted under
-	gen   uint64    // the generation it was admitted in
-	probe uint64    // the half-open probe slot it holds; 0 for none
-	start int64     // clock time of its admission
-	place bool      // it holds a place in its circuit's bulkhead (see circuit.release)
+	gen   uint64 // the generation it was admitted in
+	probe uint64 // the half-open probe slot it holds; 0 for none
+	start int64  // clock time of its admission
+	place bool   // it holds a place in its circuit's bulkhead (see circuit.release)
 }
 
 // transition is a state change, queued in the breaker's outbox where it
@@ -255,7 +254,7 @@ func genOf(w uint64) uint64  { return w >> 2 }
 // circuit.admit.)
 func (b *breaker) admit(now int64, s *settings) (ticket, rejectReason, *transition) {
 	if w := b.word.Load(); stateOf(w) == StateClosed {
-		return ticket{s: s, gen: genOf(w), start: now}, admitted, nil // nothing to hold
+		return ticket{gen: genOf(w), start: now}, admitted, nil // nothing to hold
 	}
 	return b.admitState(now, s)
 }
@@ -275,7 +274,7 @@ func (b *breaker) refuse(reason rejectReason) (ticket, rejectReason, *transition
 func (b *breaker) admitState(now int64, s *settings) (ticket, rejectReason, *transition) {
 	w := b.word.Load()
 	if stateOf(w) == StateClosed {
-		return ticket{s: s, gen: genOf(w), start: now}, admitted, nil
+		return ticket{gen: genOf(w), start: now}, admitted, nil
 	}
 	if stateOf(w) == StateOpen {
 		if now < b.retryAt.Load() {
@@ -299,7 +298,7 @@ func (b *breaker) admitState(now int64, s *settings) (ticket, rejectReason, *tra
 	reason := admitted
 	switch {
 	case stateOf(w) == StateClosed:
-		tk = ticket{s: s, gen: genOf(w), start: now}
+		tk = ticket{gen: genOf(w), start: now}
 	case stateOf(w) == StateOpen:
 		reason = rejectOpen
 	case int64(len(b.probes)) >= s.halfOpenProbes:
@@ -307,7 +306,7 @@ func (b *breaker) admitState(now int64, s *settings) (ticket, rejectReason, *tra
 	default:
 		b.probeSeq++
 		b.probes = append(b.probes, probe{id: b.probeSeq, start: now})
-		tk = ticket{s: s, gen: genOf(w), probe: b.probeSeq, start: now}
+		tk = ticket{gen: genOf(w), probe: b.probeSeq, start: now}
 	}
 	b.mu.Unlock()
 	return tk, reason, tr

@@ -65,7 +65,7 @@ func (t *Transport) create(req *http.Request, key string) *circuit {
 	if t.policies.Load() == nil {
 		return nil // not made by New: no breakers
 	}
-	if k := canonicalKey(key); k != key {
+	if k := canonicalHostKey(key); k != key {
 		if c := t.breakers.get(k); c != nil {
 			return c
 		}

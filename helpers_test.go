@@ -212,3 +212,12 @@ type nopObserver struct{}
 
 func (nopObserver) Transition(Transition)      {}
 func (nopObserver) Call(context.Context, Call) {}
+
+// keys returns the keys of tr's live breakers, sorted.
+func keys(tr *Transport) []string {
+	var out []string
+	for _, s := range tr.Snapshot() {
+		out = append(out, s.Key)
+	}
+	return out
+}

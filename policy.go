@@ -94,7 +94,14 @@ func (p *policy) rejudge(req *http.Request, o Outcome, err error, start, end int
 //
 // A key's host is the key up to its first space, and its port what
 // follows the host's last colon when that is all digits. Hosts in
-// selectors are lower-cased as HostKey lower-cases them.
+// selectors are read exactly as HostKey reads keys: lower-cased, without
+// a trailing dot — on a wildcard too, so "*.internal." is "*.internal" —,
+// with an empty port read as none and without leading zeros in a port.
+// Keys are read the same way before they are matched. A key has no port
+// when the port is its scheme's default, so "payments.internal:443"
+// names only plain-http calls to port 443: https://payments.internal:443
+// is keyed "payments.internal", which the selector "payments.internal"
+// names.
 //
 // A breaker's settings are the defaults, then the Transport-wide options,
 // then every selector that names its key, from the widest to the
@@ -151,26 +158,36 @@ type selector struct {
 	host string       // selWildcard: ".suffix"; selHost: host; selHostPort: "host:port"; selKey: the key
 }
 
-// parseSelector parses a WithPolicy selector.
+// parseSelector parses a WithPolicy selector. Its host is read as every
+// key's host is (see readHost): "*.Internal." is "*.internal", and
+// "Pay.Internal.:08443" is "pay.internal:8443".
 func parseSelector(s string) (selector, error) {
 	sel := selector{text: s}
-	host, rest, isKey := strings.Cut(s, " ")
+	host, _, isKey := strings.Cut(s, " ")
+	noHost := func() error {
+		return fmt.Errorf("selector %q names no host: give a host, host:port, *.suffix or a whole key", s)
+	}
 	switch {
 	case host == "", host == "*", host == "*.":
-		return sel, fmt.Errorf("selector %q names no host: give a host, host:port, *.suffix or a whole key", s)
+		return sel, noHost()
 	case strings.Contains(strings.TrimPrefix(s, "*."), "*"):
 		return sel, fmt.Errorf("selector %q: a \"*\" may only lead, as in \"*.example.com\"", s)
 	case isKey && strings.HasPrefix(host, "*."):
 		return sel, fmt.Errorf("selector %q: a whole key has no wildcard", s)
 	case isKey:
-		sel.kind, sel.host = selKey, keyHost(host)+" "+canonicalKey(rest)
+		sel.kind, sel.host = selKey, canonicalHostKey(s)
 	case strings.HasPrefix(s, "*."):
-		sel.kind, sel.host = selWildcard, keyHost(s[1:])
-		if _, port := splitKeyPort(sel.host); port != "" || strings.HasPrefix(sel.host, "..") {
+		sel.kind, sel.host = selWildcard, readHost(s[1:], "")
+		switch _, port := splitKeyPort(sel.host); {
+		case sel.host == ".": // "*..", "*.:": no suffix once read
+			return sel, noHost()
+		case port != "":
 			return sel, fmt.Errorf("selector %q: a wildcard names hosts on any port, as in \"*.example.com\"", s)
+		case strings.HasPrefix(sel.host, ".."):
+			return sel, fmt.Errorf("selector %q: a wildcard is \"*.\" and a suffix, as in \"*.example.com\"", s)
 		}
 	default:
-		sel.kind, sel.host = selHost, trimHostPort(keyHost(s), "")
+		sel.kind, sel.host = selHost, readHost(s, "")
 		if _, port := splitKeyPort(sel.host); port != "" {
 			sel.kind = selHostPort
 		}
@@ -178,45 +195,21 @@ func parseSelector(s string) (selector, error) {
 	return sel, nil
 }
 
-// keyHost is the host part of a key as selectors compare it: valid UTF-8
-// and lower-cased, as HostKey makes it; keys of a custom KeyFunc are
-// compared the same way.
-func keyHost(h string) string {
-	if needsFold(h) {
-		return slowHostKey(h)
-	}
-	return h
-}
-
-// splitKeyPort splits the host part of a key into host and port, where
-// the port is what follows the last colon when that is all digits and
-// not inside an IPv6 literal's brackets.
-func splitKeyPort(h string) (host, port string) {
-	i := len(h)
-	for i > 0 && h[i-1] >= '0' && h[i-1] <= '9' {
-		i--
-	}
-	if i == len(h) || i == 0 || h[i-1] != ':' {
-		return h, ""
-	}
-	return h[:i-1], h[i:]
-}
-
-// matches reports whether the selector names key.
+// matches reports whether the selector names key, read as the Transport
+// reads every key (see canonicalHostKey).
 func (s *selector) matches(key string) bool {
-	hostPort, rest, isKey := strings.Cut(key, " ")
-	hostPort = keyHost(hostPort)
-	switch s.kind {
-	case selKey:
-		h, r, _ := strings.Cut(s.host, " ")
-		return isKey && hostPort == h && rest == r
-	case selHostPort:
+	key = canonicalHostKey(key)
+	if s.kind == selKey {
+		return key == s.host
+	}
+	hostPort, _, _ := strings.Cut(key, " ")
+	if s.kind == selHostPort {
 		return hostPort == s.host
-	case selHost:
-		host, _ := splitKeyPort(hostPort)
-		return host == s.host
 	}
 	host, _ := splitKeyPort(hostPort)
+	if s.kind == selHost {
+		return host == s.host
+	}
 	return len(host) > len(s.host) && strings.HasSuffix(host, s.host)
 }
 

@@ -57,6 +57,64 @@ func TestPolicySelectorForms(t *testing.T) {
 	}
 }
 
+// TestSelectorsReadAsKeysAre: a selector's host is read exactly as
+// HostKey reads a key's: lower case, no trailing dot (on a wildcard too),
+// an empty port for none, no leading zeros in a port. So each selector
+// below names the keys a request for it gets.
+func TestSelectorsReadAsKeysAre(t *testing.T) {
+	for _, tc := range []struct {
+		selector string
+		names    []string // keys it names
+		not      []string // keys it does not
+	}{
+		{"*.internal.", []string{"payments.internal", "a.b.internal:8443 GET /x"}, []string{"internal", "payments.internal.evil"}},
+		{"*.Internal..", []string{"payments.internal"}, []string{"internal"}},
+		{"*.internal:", []string{"payments.internal", "payments.internal:8443"}, []string{"internal"}},
+		{"Payments.Internal.", []string{"payments.internal", "payments.internal:8443", "payments.internal GET /v1"}, []string{"pay.internal"}},
+		{"payments.internal:", []string{"payments.internal", "payments.internal:8443"}, []string{"pay.internal"}},
+		{"payments.internal.:08443", []string{"payments.internal:8443", "payments.internal:8443 GET /v1"}, []string{"payments.internal", "payments.internal:443"}},
+		{"API.GitHub.com.:0443 GET /search", []string{"api.github.com:443 GET /search"}, []string{"api.github.com GET /search", "api.github.com:443"}},
+		{"api.github.com: GET /search", []string{"api.github.com GET /search"}, []string{"api.github.com"}},
+	} {
+		tr := New(nil, WithMinRequests(20), WithPolicy(tc.selector, WithMinRequests(2)))
+		for _, k := range tc.names {
+			require.EqualValues(t, 2, minOf(t, tr, k), "%q names %q", tc.selector, k)
+		}
+		for _, k := range tc.not {
+			require.EqualValues(t, 20, minOf(t, tr, k), "%q does not name %q", tc.selector, k)
+		}
+	}
+	// Keys are read the same way before they are matched: an operator's or
+	// a KeyFunc's spelling of a key meets the selector its reading meets.
+	tr := New(nil, WithMinRequests(20), WithPolicy("*.internal", WithMinRequests(2)))
+	for _, k := range []string{"Payments.Internal.", "payments.internal:", "payments.internal.:0080 GET /x"} {
+		require.EqualValues(t, 2, minOf(t, tr, k), k)
+	}
+	// What is left of a wildcard once read must still name a suffix.
+	for _, s := range []string{"*..", "*.:", "*.internal:80", "*..internal"} {
+		msg := panicMessage(t, func() { New(nil, WithPolicy(s, WithMinRequests(2))) })
+		require.Contains(t, msg, "WithPolicy", s)
+		require.Contains(t, msg, s, s)
+	}
+}
+
+// TestSelectorPortIsNeverTheDefault: a key leaves out its scheme's
+// default port, so a selector with port 443 names plain-http calls to
+// port 443, never https ones, which the host selector names.
+func TestSelectorPortIsNeverTheDefault(t *testing.T) {
+	tr := New(newDep(200), WithMinRequests(20),
+		WithPolicy("payments.internal:443", WithMinRequests(3)),
+		WithPolicy("payments.internal", WithMinRequests(4)))
+	for u, want := range map[string]int64{
+		"http://payments.internal:443/":  3,
+		"https://payments.internal:443/": 4,
+		"https://payments.internal/":     4,
+	} {
+		key := HostKey(mustReq(t, u))
+		require.EqualValues(t, want, minOf(t, tr, key), "%s, keyed %q", u, key)
+	}
+}
+
 func TestPolicyPrecedence(t *testing.T) {
 	// Each pair: the narrower selector wins over the wider one, whatever
 	// the order they are given in.

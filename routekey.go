@@ -1,10 +1,14 @@
 package httpbreaker
 
 import (
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/httpbreaker/httpbreaker/internal/route"
 )
 
 // RouteKey returns a KeyFunc that keys a request by its host and the
@@ -45,10 +49,20 @@ func RouteKey(patterns ...string) KeyFunc {
 	return routeKeying(patterns).routeKey
 }
 
+// routeKeying is the keying of WithRoutes(patterns...) and
+// RouteKey(patterns...). It panics as RouteKey does.
+func routeKeying(patterns []string) keying {
+	m, err := route.New(patterns)
+	if err != nil {
+		panic(fmt.Errorf("httpbreaker: RouteKey: %w", err))
+	}
+	return keying{routes: m, routeKeys: newRouteKeyCache(slices.Clone(patterns))}
+}
+
 // routeKey is the key RouteKey gives r under k's patterns.
 func (k keying) routeKey(r *http.Request) string {
 	host := HostKey(r)
-	i := k.routes.matchIndex(r)
+	i := k.routes.Match(r)
 	if i < 0 {
 		return host
 	}
@@ -62,7 +76,7 @@ func (k keying) routeKey(r *http.Request) string {
 // RouteKey.
 func (t *Transport) routeCircuit(req *http.Request) *circuit {
 	host := HostKey(req)
-	i := t.keys.routes.matchIndex(req)
+	i := t.keys.routes.Match(req)
 	if i < 0 {
 		return t.keyCircuit(req, host)
 	}
@@ -229,11 +243,13 @@ func (hk *hostRoutes) key(host, pattern string, i int) string {
 
 // routeKeyString returns host + " " + pattern, cutting the host so that
 // the key is at most maxKeyLen bytes long (and the end of the key if the
-// pattern alone is too long for that).
+// pattern alone is too long for that). A cut host is read again, as every
+// key's host part is (it may end in a dot or a colon now), so that the
+// key reads back as itself.
 func routeKeyString(host, pattern string) string {
 	if len(host)+1+len(pattern) <= maxKeyLen {
 		return host + " " + pattern
 	}
 	n := max(maxKeyLen-1-len(pattern), 0)
-	return truncateUTF8(truncateUTF8(host, n)+" "+pattern, maxKeyLen)
+	return truncateUTF8(readHost(truncateUTF8(host, n), "")+" "+pattern, maxKeyLen)
 }

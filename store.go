@@ -118,7 +118,7 @@ func (t *Transport) learn(c *circuit) {
 // applyHint takes a hint from the Store for a live circuit. Hints for
 // keys without one are learnt through Store.Lookup when it is made.
 func (t *Transport) applyHint(h Hint) {
-	if c := t.breakers.get(canonicalKey(h.Key)); c != nil {
+	if c := t.breakers.get(canonicalHostKey(h.Key)); c != nil {
 		t.take(c, h)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"sync/atomic"
+
+	"github.com/httpbreaker/httpbreaker/internal/swar"
 )
 
 // breakerTable is a Transport's set of live circuits, by key: an
@@ -72,14 +74,14 @@ func (t *breakerTable) hash(key string) uint64 {
 	case n < 4:
 		a = uint64(key[0]) | uint64(key[n>>1])<<8 | uint64(key[n-1])<<16
 	case n < 8:
-		a, b = load32(key), load32(key[n-4:])
+		a, b = swar.Load32(key), swar.Load32(key[n-4:])
 	case n <= 16:
-		a, b = load64(key), load64(key[n-8:])
+		a, b = swar.Load64(key), swar.Load64(key[n-8:])
 	default:
 		for p := key; len(p) > 16; p = p[16:] {
-			seed = hashMix(load64(p)^k, load64(p[8:])^seed)
+			seed = hashMix(swar.Load64(p)^k, swar.Load64(p[8:])^seed)
 		}
-		a, b = load64(key[n-16:]), load64(key[n-8:])
+		a, b = swar.Load64(key[n-16:]), swar.Load64(key[n-8:])
 	}
 	return hashMix(m5^uint64(n), hashMix(a^k, b^seed))
 }

@@ -90,8 +90,8 @@ func New(next http.RoundTripper, opts ...Option) *Transport {
 	}
 	t.policies.Store(ps)
 	t.breakers.init()
-	if m := cfg.keys.routes; m != nil {
-		t.routes = newRouteBreakers(len(m.patterns))
+	if k := cfg.keys.routeKeys; k != nil {
+		t.routes = newRouteBreakers(len(k.patterns))
 	}
 	if cfg.registerer != nil {
 		t.registerMetrics(cfg.registerer)
@@ -175,10 +175,13 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	var tr *transition
 	reason := admitted
 	retry := p.budgeted() && isRetry(req)
-	if retry && stateOf(b.word.Load()) == StateClosed && !b.allowRetry(now, &p.settings) {
+	switch {
+	case retry && stateOf(b.word.Load()) == StateClosed && !b.allowRetry(now, &p.settings):
 		reason = rejectRetryBudget // an open or half-open breaker refuses as it always does
-	} else {
-		tk, reason, tr = c.admit(now, p)
+	case p.maxConcurrent != 0:
+		tk, reason, tr = c.admitBulkhead(now, p) // the bulkhead first, then the state
+	default:
+		tk, reason, tr = b.admit(now, &p.settings)
 	}
 	if reason == rejectBulkhead && p.mode == ModeEnforce {
 		tk, reason, tr, err = t.wait(req, c, p)

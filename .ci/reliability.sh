@@ -3,7 +3,7 @@
 # for 20s, the 30s flapping-dependency soak once (without the race
 # detector; the short soak runs under -race in .ci/run), and staticcheck.
 #
-# A fuzz failure leaves its input in testdata/fuzz/<Target>/: commit it
+# A fuzz failure leaves its input in <package>/testdata/fuzz/<Target>/: commit it
 # with the fix, so that every later `go test` replays it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,9 +12,11 @@ cd "$(dirname "$0")/.."
 export GOTOOLCHAIN=local
 
 fuzztime="${FUZZTIME:-20s}"
-for target in FuzzHostKey FuzzDefaultClassifier FuzzParseRetryAfter FuzzRouteKey; do
-	echo "--- fuzz $target ($fuzztime)"
-	go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" .
+# Each fuzz target, as package:target; go test -fuzz takes one package.
+for entry in .:FuzzHostKey .:FuzzDefaultClassifier .:FuzzParseRetryAfter ./internal/route:FuzzMatch; do
+	pkg="${entry%%:*}" target="${entry#*:}"
+	echo "--- fuzz $target in $pkg ($fuzztime)"
+	go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "$pkg"
 done
 
 echo "--- soak (HTTPBREAKER_SOAK=long, 30s)"

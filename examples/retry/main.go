@@ -243,15 +243,15 @@ func outside(ctx context.Context, dep *deadDependency, aware bool) Result {
 //     breaker's Retry-After rather than burning the retries in
 //     microseconds.
 func breakerAware(rc *retryablehttp.Client) {
-	rc.CheckRetry = func(ctx context.Context, resp *http.Response, err error) (bool, error) {
-		if httpbreaker.IsRejected(resp) || errors.Is(err, httpbreaker.ErrOpen) {
-			return false, err
-		}
+	// httpbreaker.CheckRetry(retryablehttp.DefaultRetryPolicy) alone is
+	// the recipe for refusals; the policy it wraps here adds the stop on
+	// a long Retry-After.
+	rc.CheckRetry = httpbreaker.CheckRetry(func(ctx context.Context, resp *http.Response, err error) (bool, error) {
 		if d, ok := retryAfter(resp); ok && d > rc.RetryWaitMax {
 			return false, nil
 		}
 		return retryablehttp.DefaultRetryPolicy(ctx, resp, err)
-	}
+	})
 	rc.Backoff = func(minWait, maxWait time.Duration, attempt int, resp *http.Response) time.Duration {
 		if d, ok := retryAfter(resp); ok {
 			return d

@@ -162,17 +162,13 @@ func TestBreakerAwareClient(t *testing.T) {
 		if asError {
 			opts = append(opts, httpbreaker.WithRejectAsError())
 		}
-		attempts := 0
-		rc := retryablehttp.NewClient()
-		rc.Logger = nil
-		rc.HTTPClient = &http.Client{Transport: tripped(opts...)}
-		rc.RequestLogHook = func(retryablehttp.Logger, *http.Request, int) { attempts++ }
+		rc, attempts := countingClient(tripped(opts...))
 		breakerAware(rc)
 
 		resp, err := rc.Get("http://rejected.invalid/x")
 		desc, rejected := describe(resp, err)
 		require.True(t, rejected, desc)
-		require.Equal(t, 1, attempts, desc)
+		require.Equal(t, 1, *attempts, desc)
 		if asError {
 			require.ErrorIs(t, err, httpbreaker.ErrOpen)
 			require.Contains(t, desc, "giving up after 1 attempt(s)")
@@ -181,4 +177,47 @@ func TestBreakerAwareClient(t *testing.T) {
 			require.Equal(t, "rejected by breaker: synthetic 503, Retry-After: 60", desc)
 		}
 	}
+}
+
+// TestCheckRetryOneLiner is the README's recipe, on a client at
+// retryablehttp's default retry settings (RetryMax 4; only the waits are
+// shortened): a refusal is one attempt in both rejection forms, and a
+// real 503 keeps all five.
+func TestCheckRetryOneLiner(t *testing.T) {
+	for _, asError := range []bool{false, true} {
+		var opts []httpbreaker.Option
+		if asError {
+			opts = append(opts, httpbreaker.WithRejectAsError())
+		}
+		rc, attempts := countingClient(tripped(opts...))
+		rc.CheckRetry = httpbreaker.CheckRetry(retryablehttp.DefaultRetryPolicy)
+
+		resp, err := rc.Get("http://rejected.invalid/x")
+		desc, rejected := describe(resp, err)
+		require.True(t, rejected, desc)
+		require.Equal(t, 1, *attempts, desc)
+	}
+
+	dep := newDeadDependency()
+	defer dep.Close()
+	tr := httpbreaker.New(nil, httpbreaker.WithMinRequests(100))
+	defer tr.CloseIdleConnections()
+	rc, attempts := countingClient(tr)
+	rc.CheckRetry = httpbreaker.CheckRetry(retryablehttp.DefaultRetryPolicy)
+	_, err := rc.Get(dep.URL + "/v1/thing")
+	require.Error(t, err, "giving up after the retries")
+	require.Equal(t, 1+4, *attempts, "retryablehttp's default RetryMax kept")
+}
+
+// countingClient returns a quiet retryablehttp client at its default
+// RetryMax, with the scenario's short waits, sending through tr, and the
+// count of its attempts.
+func countingClient(tr http.RoundTripper) (*retryablehttp.Client, *int) {
+	attempts := new(int)
+	rc := retryablehttp.NewClient()
+	rc.Logger = nil
+	rc.RetryWaitMin, rc.RetryWaitMax = retryWaitMin, retryWaitMax
+	rc.HTTPClient = &http.Client{Transport: tr}
+	rc.RequestLogHook = func(retryablehttp.Logger, *http.Request, int) { *attempts++ }
+	return rc, attempts
 }

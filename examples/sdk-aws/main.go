@@ -16,9 +16,11 @@
 //     while another bucket and DynamoDB keep working: HostKey gives one
 //     breaker per bucket and one per DynamoDB account endpoint;
 //  3. measures a rejected call on an open breaker, in both rejection modes,
-//     with the SDK's own retries and with noRetryOnRejection;
-//  4. counts DynamoDB's attempts under config.WithRetryer and under the
-//     per-client noRetryOnRejection;
+//     with each service's own default retryer, which stops at the first
+//     rejection error (*httpbreaker.RejectedError answers RetryableError
+//     false) but retries the synthetic 503;
+//  4. counts DynamoDB's attempts under config.WithRetryer and under its
+//     own default retryer, which the recipe keeps;
 //  5. sends a burst of calls that S3 answers with 503 SlowDown, under
 //     DefaultClassifier and under s3Classifier.
 //
@@ -142,11 +144,10 @@ type clients struct {
 	ddbAttempts *attemptCounter
 }
 
-// newClients makes the clients. With refuse, each keeps its service's own
-// retryer, wrapped by noRetryOnRejection; without, the SDK's retryers are
-// left alone. more is applied to both clients' retryer and
+// newClients makes the clients, each with its service's own default
+// retryer. more is applied to both clients' retryer and
 // RetryMaxAttempts after that.
-func newClients(cfg aws.Config, refuse bool, more ...func(*aws.Retryer, *int)) clients {
+func newClients(cfg aws.Config, more ...func(*aws.Retryer, *int)) clients {
 	c := clients{
 		s3Attempts:  &attemptCounter{HTTPClient: cfg.HTTPClient},
 		ddbAttempts: &attemptCounter{HTTPClient: cfg.HTTPClient},
@@ -163,13 +164,8 @@ func newClients(cfg aws.Config, refuse bool, more ...func(*aws.Retryer, *int)) c
 		}
 		o.HTTPClient = c.ddbAttempts
 	}
-	if refuse {
-		c.s3 = s3.NewFromConfig(cfg, func(o *s3.Options) { o.Retryer = noRetryOnRejection(o.Retryer) }, s3Extra)
-		c.ddb = dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.Retryer = noRetryOnRejection(o.Retryer) }, ddbExtra)
-	} else {
-		c.s3 = s3.NewFromConfig(cfg, s3Extra)
-		c.ddb = dynamodb.NewFromConfig(cfg, ddbExtra)
-	}
+	c.s3 = s3.NewFromConfig(cfg, s3Extra)
+	c.ddb = dynamodb.NewFromConfig(cfg, ddbExtra)
 	return c
 }
 
@@ -247,7 +243,7 @@ type Result struct {
 // AWS_CA_BUNDLE.
 func run(ctx context.Context, w io.Writer, fake *fakeAWS) (*Result, error) {
 	res := &Result{}
-	fmt.Fprintln(w, "== AWS SDK v2 through httpbreaker (WithRejectAsError, s3Classifier, each service's own retries but none for rejections)")
+	fmt.Fprintln(w, "== AWS SDK v2 through httpbreaker (WithRejectAsError, s3Classifier, each service's own default retryer)")
 
 	// 1. The CA bundle.
 	plain := &http.Client{Transport: httpbreaker.New(nil)}
@@ -264,7 +260,7 @@ func run(ctx context.Context, w io.Writer, fake *fakeAWS) (*Result, error) {
 	fmt.Fprintln(w, "loadConfig with AWS_CA_BUNDLE set: ok (the SDK's transport, with the bundle, under the breaker)")
 
 	// 2. One broken bucket.
-	c := newClients(cfg, true)
+	c := newClients(cfg)
 	fake.breakBucket(bucketPhotos, codeInternalError)
 	defer fake.breakBucket(bucketPhotos, "")
 	for i := 1; i <= 3; i++ {
@@ -295,23 +291,21 @@ func run(ctx context.Context, w io.Writer, fake *fakeAWS) (*Result, error) {
 	fmt.Fprintf(w, "%-8s  %-17s  %-18s  %-13s  %-9s  %-24s  %-28s  %s\n", "service", "mode", "retries", "attempts/call", "mean", "recognised by", "the SDK's error", "SDK WARN logs")
 	for _, asError := range []bool{true, false} {
 		for _, svc := range []string{svcS3, svcDynamoDB} {
-			for _, refuse := range []bool{false, true} {
-				cost, err := measureRejected(ctx, fake, svc, asError, refuse, costCalls)
-				if err != nil {
-					return nil, err
-				}
-				res.Costs = append(res.Costs, cost)
-				fmt.Fprintf(w, "%-8s  %-17s  %-18s  %-13d  %-9s  %-24s  %-28s  %d\n", cost.Service, cost.mode(), cost.retries(),
-					cost.Attempts/cost.Calls, (cost.Total / time.Duration(cost.Calls)).Round(10*time.Microsecond),
-					cost.recognisedBy(), cost.SDKError, cost.Warnings)
+			cost, err := measureRejected(ctx, fake, svc, asError, costCalls)
+			if err != nil {
+				return nil, err
 			}
+			res.Costs = append(res.Costs, cost)
+			fmt.Fprintf(w, "%-8s  %-17s  %-18s  %-13d  %-9s  %-24s  %-28s  %d\n", cost.Service, cost.mode(), "the SDK's own",
+				cost.Attempts/cost.Calls, (cost.Total / time.Duration(cost.Calls)).Round(10*time.Microsecond),
+				cost.recognisedBy(), cost.SDKError, cost.Warnings)
 		}
 	}
 
 	// 4. DynamoDB's own retry defaults.
 	res.DynamoDBAttempts = map[string]int{}
 	fmt.Fprintln(w, "\n== DynamoDB answering 500: attempts of one GetItem")
-	for _, how := range []string{retryerConfig, retryerPerClient} {
+	for _, how := range []string{retryerConfig, retryerDefault} {
 		n, err := dynamoDBAttempts(ctx, fake, how)
 		if err != nil {
 			return nil, err
@@ -340,7 +334,6 @@ func run(ctx context.Context, w io.Writer, fake *fakeAWS) (*Result, error) {
 type Cost struct {
 	Service string
 	AsError bool // WithRejectAsError
-	Refuse  bool // noRetryOnRejection around the service's own retryer
 	Calls   int
 	// Attempts is the total number of attempts the SDK made.
 	Attempts int
@@ -368,13 +361,6 @@ func (c Cost) mode() string {
 	return "synthetic 503"
 }
 
-func (c Cost) retries() string {
-	if c.Refuse {
-		return "noRetryOnRejection"
-	}
-	return "the SDK's own"
-}
-
 func (c Cost) recognisedBy() string {
 	switch {
 	case c.ErrorsIs:
@@ -387,8 +373,8 @@ func (c Cost) recognisedBy() string {
 
 // measureRejected trips the breaker of svc's host, then makes calls calls
 // and measures them.
-func measureRejected(ctx context.Context, fake *fakeAWS, svc string, asError, refuse bool, calls int) (Cost, error) {
-	cost := Cost{Service: svc, AsError: asError, Refuse: refuse, Calls: calls, ErrorsIs: true, RawRejected: true}
+func measureRejected(ctx context.Context, fake *fakeAWS, svc string, asError bool, calls int) (Cost, error) {
+	cost := Cost{Service: svc, AsError: asError, Calls: calls, ErrorsIs: true, RawRejected: true}
 	var warnings atomic.Int64
 	logger := logging.LoggerFunc(func(c logging.Classification, _ string, _ ...any) {
 		if c == logging.Warn {
@@ -400,7 +386,7 @@ func measureRejected(ctx context.Context, fake *fakeAWS, svc string, asError, re
 		return cost, err
 	}
 	defer tr.CloseIdleConnections()
-	c := newClients(cfg, refuse)
+	c := newClients(cfg)
 	key, call, attempts := bucketHost(bucketLogs), func() error { return getObject(ctx, c.s3, bucketLogs) }, c.s3Attempts
 	if svc == svcDynamoDB {
 		key, call, attempts = ddbAccountHost, func() error { return getItem(ctx, c.ddb) }, c.ddbAttempts
@@ -427,8 +413,8 @@ func measureRejected(ctx context.Context, fake *fakeAWS, svc string, asError, re
 
 // How dynamoDBAttempts sets the retryer.
 const (
-	retryerConfig    = "config.WithRetryer(retry.NewStandard(...))"
-	retryerPerClient = "per client: noRetryOnRejection(o.Retryer)"
+	retryerConfig  = "config.WithRetryer(retry.NewStandard(...))"
+	retryerDefault = "each service's own (the default)"
 )
 
 // configRetryer is the retryer this README used to recommend, through
@@ -463,7 +449,7 @@ func dynamoDBAttempts(ctx context.Context, fake *fakeAWS, how string) (int, erro
 		return 0, err
 	}
 	defer tr.CloseIdleConnections()
-	c := newClients(cfg, how == retryerPerClient)
+	c := newClients(cfg)
 	fake.setDynamoDB(http.StatusInternalServerError)
 	defer fake.setDynamoDB(http.StatusOK)
 	if err := getItem(ctx, c.ddb); !strings.HasPrefix(describe(err), kindAWSError+" 500") {
@@ -513,7 +499,7 @@ func slowDownBurst(ctx context.Context, fake *fakeAWS, classifier string, calls 
 	// One attempt per call: the SDK retries SlowDown itself, as a
 	// throttling error with a 1s base backoff, which would only slow the
 	// example down.
-	cl := newClients(cfg, true, func(_ *aws.Retryer, maxAttempts *int) { *maxAttempts = 1 })
+	cl := newClients(cfg, func(_ *aws.Retryer, maxAttempts *int) { *maxAttempts = 1 })
 	fake.breakBucket(bucketBurst, codeSlowDown)
 	defer fake.breakBucket(bucketBurst, "")
 	key := bucketHost(bucketBurst)

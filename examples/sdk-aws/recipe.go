@@ -22,6 +22,13 @@ import (
 // puts one httpbreaker Transport, made with opts, under every client made
 // from the config.
 //
+// Make the Transport with WithRejectAsError and leave each service's
+// retryer as it is: a refusal is then a *httpbreaker.RejectedError, whose
+// RetryableError() is false, and the SDK's default retryer asks that
+// question before its connection-error rule, so a refused call is one
+// attempt and returns at once, while real failures keep their retries.
+// (The synthetic 503 is an HTTP 503 to the SDK, which it retries.)
+//
 // It does not pass the breaker in with config.WithHTTPClient: when a CA
 // bundle is configured (AWS_CA_BUNDLE, or ca_bundle in the shared config),
 // LoadDefaultConfig refuses any HTTP client but its own BuildableClient
@@ -95,41 +102,4 @@ func isRejection(err error) bool {
 	}
 	var re *awshttp.ResponseError
 	return errors.As(err, &re) && re.Response != nil && httpbreaker.IsRejected(re.Response.Response)
-}
-
-// noRetryOnRejection wraps a service client's own retryer so that it
-// never retries a breaker rejection; everything else (attempts, backoff,
-// retry quota, which errors are retried) stays the wrapped retryer's. Set
-// it per client, so that each service keeps its own defaults:
-//
-//	s3.NewFromConfig(cfg, func(o *s3.Options) { o.Retryer = noRetryOnRejection(o.Retryer) })
-//	dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.Retryer = noRetryOnRejection(o.Retryer) })
-//
-// config.WithRetryer would instead replace every service's retryer with
-// one made by the function it is given: DynamoDB would lose its 4 attempts
-// and 25ms base backoff for retry.NewStandard's 3 and 50ms.
-func noRetryOnRejection(r aws.Retryer) aws.Retryer {
-	v2, ok := r.(aws.RetryerV2)
-	if !ok {
-		v2 = retryerV2{r}
-	}
-	return rejectionNotRetried{v2}
-}
-
-// rejectionNotRetried is the retryer of noRetryOnRejection.
-type rejectionNotRetried struct{ aws.RetryerV2 }
-
-// IsErrorRetryable is false for a breaker rejection and the wrapped
-// retryer's answer otherwise.
-func (r rejectionNotRetried) IsErrorRetryable(err error) bool {
-	return !isRejection(err) && r.RetryerV2.IsErrorRetryable(err)
-}
-
-// retryerV2 adapts an aws.Retryer without GetAttemptToken. The SDK's own
-// retryers all have it.
-type retryerV2 struct{ aws.Retryer }
-
-// GetAttemptToken returns the retryer's initial token.
-func (r retryerV2) GetAttemptToken(context.Context) (func(error) error, error) {
-	return r.GetInitialToken(), nil
 }

@@ -13,7 +13,12 @@
 //     503 and Stripe's own JSON 500;
 //  3. calls a Stripe that hangs, with stripe-go's retries and a client
 //     timeout, and with a call timeout instead;
-//  4. retries at the call site with callWithRetries (recipe.go).
+//  4. retries at the call site with callWithRetries (recipe.go), the
+//     older way;
+//  5. measures the recipe (newTransport in recipe.go): a refusal shaped
+//     as Stripe's error for Stripe's host, under stripe-go's default
+//     retries, which it does not retry, while it still retries a proxy's
+//     503.
 //
 // Run it with: go run . (from examples/sdk-stripe).
 package main
@@ -69,15 +74,18 @@ const (
 )
 
 // describe tells what a stripe-go call returned, in the order a caller
-// should check: a rejection (WithRejectAsError only: in 503 mode it is
-// one of the "other" errors, like a proxy's 503), Stripe's own error,
-// anything else.
+// should check: a rejection (WithRejectAsError's error, or the recipe's
+// Stripe-shaped 503: the text 503 is one of the "other" errors, like a
+// proxy's 503), Stripe's own error, anything else.
 func describe(err error) string {
 	if err == nil {
 		return kindOK
 	}
 	if errors.Is(err, httpbreaker.ErrOpen) {
 		return kindRejected + " (error)"
+	}
+	if isRefused(err) {
+		return kindRejected + " (Stripe-shaped 503)"
 	}
 	var se *stripe.Error
 	if errors.As(err, &se) {
@@ -106,6 +114,11 @@ type Result struct {
 	// stripe-go's retries and a 300ms client timeout, and with a 300ms
 	// call timeout instead.
 	Hang, HangCallTimeout HangResult
+	// Recipe is a call on an open breaker through newTransport (the
+	// recipe: JSONRejection for Stripe's host) with stripe-go's default
+	// retries; RecipeProxy503 a proxy's HTML 503 through the same, breaker
+	// closed, which stripe-go still retries.
+	Recipe, RecipeProxy503 Cost
 	// CallSite is callWithRetries creating a customer through one
 	// proxy 503; CallSiteRejected is callWithRetries on an open breaker.
 	CallSite, CallSiteRejected CallSiteResult
@@ -139,6 +152,14 @@ func run(ctx context.Context, w io.Writer) (*Result, error) {
 		},
 		func() (err error) {
 			res.Stripe500, err = measure(ctx, false, stripe.DefaultMaxNetworkRetries, cusBroken, false)
+			return err
+		},
+		func() (err error) {
+			res.Recipe, err = measureRecipe(ctx, cusOK, true)
+			return err
+		},
+		func() (err error) {
+			res.RecipeProxy503, err = measureRecipe(ctx, cusProxy, false)
 			return err
 		},
 		func() (err error) {
@@ -179,6 +200,12 @@ func run(ctx context.Context, w io.Writer) (*Result, error) {
 		fmt.Fprintf(w, "for comparison, breaker closed, %s with %d retries: %s, %s, %s\n",
 			c.Customer, c.Retries, plural(c.Attempts, "attempt"), round(c.Took), c.Desc)
 	}
+
+	fmt.Fprintln(w, "\n== the recipe: JSONRejection for Stripe's host, stripe-go's default retries")
+	fmt.Fprintf(w, "a call on an open breaker: %s, %s, refused: %t, %s\n",
+		plural(res.Recipe.Attempts, "attempt"), round(res.Recipe.Took), res.Recipe.Refused, res.Recipe.Desc)
+	fmt.Fprintf(w, "breaker closed, %s: %s, %s (stripe-go's retries of real failures kept)\n",
+		res.RecipeProxy503.Customer, plural(res.RecipeProxy503.Attempts, "attempt"), res.RecipeProxy503.Desc)
 
 	fmt.Fprintln(w, "\n== Stripe hangs (WithRejectAsError, MinRequests 3)")
 	for _, h := range []HangResult{res.Hang, res.HangCallTimeout} {
@@ -247,8 +274,9 @@ type Cost struct {
 	// those that reached the fake Stripe.
 	Attempts, Reached int
 	Took              time.Duration
-	// ErrorsIs is errors.Is(err, httpbreaker.ErrOpen).
-	ErrorsIs bool
+	// ErrorsIs is errors.Is(err, httpbreaker.ErrOpen); Refused is
+	// isRefused(err), the recipe's test.
+	ErrorsIs, Refused bool
 	// Type is the error's Go type, Desc describes it, Text is its message.
 	Type, Desc, Text string
 }
@@ -264,30 +292,43 @@ func (c Cost) mode() string {
 // fresh Transport (whose breaker is open first if trip) and stripe-go
 // client, and measures it.
 func measure(ctx context.Context, asError bool, retries int64, customer string, trip bool) (Cost, error) {
-	c := Cost{Customer: customer, AsError: asError, Retries: retries}
+	return measureWith(ctx, Cost{Customer: customer, AsError: asError, Retries: retries}, trip,
+		func(_ string, opts ...httpbreaker.Option) *httpbreaker.Transport {
+			if asError {
+				opts = append(opts, httpbreaker.WithRejectAsError())
+			}
+			return httpbreaker.New(nil, opts...)
+		})
+}
+
+// measureRecipe is measure through the recipe's Transport, with
+// stripe-go's default retries.
+func measureRecipe(ctx context.Context, customer string, trip bool) (Cost, error) {
+	return measureWith(ctx, Cost{Customer: customer, Retries: stripe.DefaultMaxNetworkRetries}, trip, newTransport)
+}
+
+// measureWith is measure with the Transport newTr makes for the fake's
+// host, filling in c.
+func measureWith(ctx context.Context, c Cost, trip bool, newTr func(host string, opts ...httpbreaker.Option) *httpbreaker.Transport) (Cost, error) {
 	fake := newFakeStripe()
 	defer fake.Close()
-	opts := []httpbreaker.Option{httpbreaker.WithMinRequests(100), httpbreaker.WithOpenTimeout(openTimeout)}
-	if asError {
-		opts = append(opts, httpbreaker.WithRejectAsError())
-	}
-	tr := httpbreaker.New(nil, opts...)
+	tr := newTr(fake.key(), httpbreaker.WithMinRequests(100), httpbreaker.WithOpenTimeout(openTimeout))
 	defer tr.CloseIdleConnections()
 	if trip {
 		tr.Trip(fake.key(), openTimeout)
 	}
 	var attempts attemptCounter
-	sc := newStripeClient(apiKey, tr, retries, fake.backend, attempts.count)
-	before := fake.counts()[customer]
+	sc := newStripeClient(apiKey, tr, c.Retries, fake.backend, attempts.count)
+	before := fake.counts()[c.Customer]
 	start := time.Now()
-	_, err := sc.V1Customers.Retrieve(ctx, customer, nil)
+	_, err := sc.V1Customers.Retrieve(ctx, c.Customer, nil)
 	c.Took = time.Since(start)
 	if err == nil {
-		return c, fmt.Errorf("Retrieve(%s): no error", customer)
+		return c, fmt.Errorf("Retrieve(%s): no error", c.Customer)
 	}
 	c.Attempts = int(attempts.n.Load())
-	c.Reached = fake.counts()[customer] - before
-	c.ErrorsIs = errors.Is(err, httpbreaker.ErrOpen)
+	c.Reached = fake.counts()[c.Customer] - before
+	c.ErrorsIs, c.Refused = errors.Is(err, httpbreaker.ErrOpen), isRefused(err)
 	c.Type, c.Desc, c.Text = fmt.Sprintf("%T", err), describe(err), err.Error()
 	return c, nil
 }

@@ -81,6 +81,19 @@ func TestRun(t *testing.T) {
 	require.Equal(t, 1, res.Stripe500.Attempts)
 	require.Equal(t, 1, res.Stripe500.Reached)
 
+	// The recipe: one attempt on an open breaker, recognised, in well
+	// under stripe-go's first retry sleep; a proxy's 503 still retried.
+	t.Logf("refused call through the recipe: %s", res.Recipe.Took)
+	require.True(t, res.Recipe.Refused, res.Recipe.Text)
+	require.Equal(t, kindRejected+" (Stripe-shaped 503)", res.Recipe.Desc)
+	require.Equal(t, 1, res.Recipe.Attempts)
+	require.Zero(t, res.Recipe.Reached)
+	require.Less(t, res.Recipe.Took, 50*time.Millisecond)
+	require.Equal(t, "*stripe.Error", res.Recipe.Type)
+	require.False(t, res.RecipeProxy503.Refused)
+	require.Equal(t, 3, res.RecipeProxy503.Attempts)
+	require.Equal(t, 3, res.RecipeProxy503.Reached)
+
 	// A hang under stripe-go's retries and a client timeout: one call is
 	// 3 failures spread over more than 1.25s+3×300ms, so one caller after
 	// another adds fewer than 14 outcomes to the default 10s window: never
@@ -167,4 +180,54 @@ func TestCallWithRetriesStopsWithContext(t *testing.T) {
 	})
 	require.EqualError(t, err, "connection reset")
 	require.Equal(t, 1, calls)
+}
+
+// TestRecipeOnStripesHost runs the recipe as an application would, for
+// api.stripe.com, against a RoundTripper that answers in its place
+// (nothing leaves the machine): with stripe-go's default retries, a
+// refused call is one attempt, recognised; a call to another host keeps
+// the text 503.
+func TestRecipeOnStripesHost(t *testing.T) {
+	var hosts []string
+	stub := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		hosts = append(hosts, req.URL.Host)
+		return &http.Response{StatusCode: http.StatusInternalServerError, Body: http.NoBody, Request: req}, nil
+	})
+	tr := httpbreaker.New(stub, httpbreaker.WithPolicy(stripeHost, httpbreaker.WithFallback(httpbreaker.JSONRejection)))
+	tr.Trip(stripeHost, time.Minute)
+	var attempts attemptCounter
+	sc := newStripeClient(apiKey, tr, stripe.DefaultMaxNetworkRetries, attempts.count, func(cfg *stripe.BackendConfig) {
+		cfg.LeveledLogger = &stripe.LeveledLogger{Level: stripe.LevelNull}
+	})
+	// The client's first call pays for stripe-go's one-time set-up (its
+	// user agent runs uname): time the second.
+	_, err := sc.V1Customers.Retrieve(context.Background(), "cus_1", nil)
+	require.True(t, isRefused(err), "%v", err)
+	start := time.Now()
+	_, err = sc.V1Customers.Retrieve(context.Background(), "cus_1", nil)
+	took := time.Since(start)
+	t.Logf("refused call to api.stripe.com: %s", took)
+	require.True(t, isRefused(err), "%v", err)
+	require.EqualValues(t, 2, attempts.n.Load(), "one attempt per call")
+	require.Empty(t, hosts)
+	require.Less(t, took, 50*time.Millisecond)
+
+	tr.Trip("example.test", time.Minute)
+	resp, err := tr.RoundTrip(httptestRequest(t, "https://example.test/"))
+	require.NoError(t, err)
+	require.True(t, httpbreaker.IsRejected(resp))
+	require.Equal(t, "text/plain; charset=utf-8", resp.Header.Get("Content-Type"))
+}
+
+func httptestRequest(t *testing.T, u string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, u, nil)
+	require.NoError(t, err)
+	return req
+}
+
+func TestIsRefusedIsFalseForStripesOwnErrors(t *testing.T) {
+	require.False(t, isRefused(nil))
+	require.False(t, isRefused(&stripe.Error{HTTPStatusCode: 503, Type: stripe.ErrorTypeAPI}))
+	require.False(t, isRefused(errors.New("Couldn't deserialize JSON (response status: 503, ...)")))
 }

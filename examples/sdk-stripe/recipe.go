@@ -14,20 +14,44 @@ import (
 	"github.com/stripe/stripe-go/v85"
 )
 
+// stripeHost is the host of Stripe's API, whose breaker the recipe's
+// policy names.
+const stripeHost = "api.stripe.com"
+
+// newTransport is the recipe's Transport: opts, plus a policy for
+// Stripe's API host (host) whose refusal is JSONRejection's, the synthetic
+// 503 in Stripe's error shape. stripe-go reads it as a final API error,
+// so a refused call is one attempt and returns at once, with stripe-go's
+// default retries (MaxNetworkRetries 2) left on for real failures:
+//
+//	httpbreaker.New(nil, httpbreaker.WithPolicy("api.stripe.com", httpbreaker.WithFallback(httpbreaker.JSONRejection)))
+//
+// Without it, stripe-go retries the text 503 (it is not Stripe's JSON)
+// and a WithRejectAsError error (every transport error) twice, sleeping
+// 0.5s and then 0.75–1s: 1.25s or more per refused call.
+func newTransport(host string, opts ...httpbreaker.Option) *httpbreaker.Transport {
+	return httpbreaker.New(nil, append(opts, httpbreaker.WithPolicy(host, httpbreaker.WithFallback(httpbreaker.JSONRejection)))...)
+}
+
+// isRefused reports whether err, from a stripe-go call through
+// newTransport, is a breaker's refusal: Stripe was not called. The
+// refusal is a *stripe.Error with JSONRejectionCode, which no answer of
+// Stripe's has.
+func isRefused(err error) bool {
+	var se *stripe.Error
+	return errors.As(err, &se) && se.HTTPStatusCode == http.StatusServiceUnavailable && se.Code == httpbreaker.JSONRejectionCode
+}
+
 // newStripeClient returns a stripe-go client whose requests go through
-// tr, with stripe-go's own retries set to retries, and more applied to
+// tr, with stripe-go's own retries set to retries
+// (stripe.DefaultMaxNetworkRetries with the recipe), and more applied to
 // the backend config last (the program sets the fake's URL and a quiet
 // logger there).
 //
-// tr should be made with WithRejectAsError: stripe-go never hands the
-// *http.Response to the caller, so the default synthetic 503 cannot be
-// told from a proxy's 503, and, its body not being Stripe's JSON,
-// stripe-go retries it. With WithRejectAsError a rejection is a
-// *url.Error, errors.Is(err, httpbreaker.ErrOpen) holds, and retries
-// should be 0: stripe-go retries every transport error, a rejection
-// included, sleeping 0.5s and then 0.75–1s before its two default retries.
-// Retry at the call site instead (callWithRetries), where a rejection is
-// seen and not retried.
+// The rest of this file is the older way, kept for comparison: tr made
+// with WithRejectAsError (a refusal is a *url.Error, errors.Is(err,
+// httpbreaker.ErrOpen) holds), retries 0, and callWithRetries at the call
+// site, where a refusal is seen and not retried.
 func newStripeClient(key string, tr *httpbreaker.Transport, retries int64, more ...func(*stripe.BackendConfig)) *stripe.Client {
 	cfg := &stripe.BackendConfig{
 		HTTPClient:        &http.Client{Transport: tr, Timeout: 30 * time.Second},

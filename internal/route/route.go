@@ -1,4 +1,9 @@
-package httpbreaker
+// Package route matches HTTP requests against net/http.ServeMux patterns,
+// as ServeMux would, without allocating: a Matcher picks the pattern that
+// ServeMux would serve a request with, and answers no pattern where
+// ServeMux would redirect or answer 405. Its tests check it against
+// ServeMux itself.
+package route
 
 import (
 	"errors"
@@ -6,62 +11,64 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/httpbreaker/httpbreaker/internal/swar"
 )
 
-// routeMatcher matches requests against a fixed set of ServeMux patterns
+// A Matcher matches requests against a fixed set of ServeMux patterns
 // with ServeMux's semantics, without allocating. It mirrors the decision
 // tree of net/http's routing_tree.go: host, then method, then one level
 // per path segment, searched in the same order (literal, then single
 // wildcard, then multi wildcard), so that it selects the same pattern.
 // It is immutable after construction and safe for concurrent use.
-type routeMatcher struct {
+type Matcher struct {
 	patterns []string      // as given
-	info     []routeInfo   // per pattern
-	hosts    []routeHost   // patterns with a host, one entry per lower-cased host
-	anyHost  *routeMethods // patterns without a host; nil if none
+	info     []patternInfo // per pattern
+	hosts    []hostRoutes  // patterns with a host, one entry per lower-cased host
+	anyHost  *methodRoutes // patterns without a host; nil if none
 }
 
-// routeInfo is what exactMatch needs to know about a pattern.
-type routeInfo struct {
+// patternInfo is what exactMatch needs to know about a pattern.
+type patternInfo struct {
 	nsegs     int  // number of segments, as in net/http's pattern.segments
 	lastMulti bool // last segment is a multi wildcard (or a trailing slash)
 }
 
-type routeHost struct {
+type hostRoutes struct {
 	host    string // ASCII lower-cased
-	methods *routeMethods
+	methods *methodRoutes
 }
 
-// routeMethods is the method level of the tree.
-type routeMethods struct {
-	methods []routeMethod
-	any     *routeNode // patterns without a method
+// methodRoutes is the method level of the tree.
+type methodRoutes struct {
+	methods []methodRoute
+	any     *node // patterns without a method
 }
 
-type routeMethod struct {
+type methodRoute struct {
 	method string
-	root   *routeNode
+	root   *node
 }
 
-// routeNode is a node of the path levels of the tree.
-type routeNode struct {
-	pat    int                   // index of the pattern ending here, or -1
-	lits   []routeEdge           // literal children, keyed by unescaped literal ("/" for {$})
-	litMap map[string]*routeNode // the same as lits, when there are many
-	wild   *routeNode            // single-wildcard child (also the child for an empty literal, as in ServeMux)
-	multi  int                   // pattern of the multi-wildcard child, or -1
+// node is a node of the path levels of the tree.
+type node struct {
+	pat    int              // index of the pattern ending here, or -1
+	lits   []edge           // literal children, keyed by unescaped literal ("/" for {$})
+	litMap map[string]*node // the same as lits, when there are many
+	wild   *node            // single-wildcard child (also the child for an empty literal, as in ServeMux)
+	multi  int              // pattern of the multi-wildcard child, or -1
 }
 
-type routeEdge struct {
+type edge struct {
 	lit  string
-	node *routeNode
+	node *node
 	// word is lit's bytes, little-endian, if it has at most eight: a
 	// segment read as one word then compares without a call.
 	word uint64
 }
 
-func newRouteEdge(lit string, node *routeNode) routeEdge {
-	e := routeEdge{lit: lit, node: node}
+func newEdge(lit string, child *node) edge {
+	e := edge{lit: lit, node: child}
 	if len(lit) <= 8 {
 		for i := len(lit) - 1; i >= 0; i-- {
 			e.word = e.word<<8 | uint64(lit[i])
@@ -70,35 +77,40 @@ func newRouteEdge(lit string, node *routeNode) routeEdge {
 	return e
 }
 
-// routeLitMapMin is the number of literal children from which a node also
+// litMapMin is the number of literal children from which a node also
 // indexes them in a map.
-const routeLitMapMin = 8
+const litMapMin = 8
 
-// routeSeg is a parsed pattern segment, as in net/http's pattern.go.
-type routeSeg struct {
+// segment is a parsed pattern segment, as in net/http's pattern.go.
+type segment struct {
 	s     string // unescaped literal, "/" for {$}, or wildcard name
 	wild  bool
 	multi bool
 }
 
-func newRouteNode() *routeNode { return &routeNode{pat: -1, multi: -1} }
+func newNode() *node { return &node{pat: -1, multi: -1} }
 
-// newRouteMatcher parses patterns. It panics with a message starting
-// "httpbreaker: RouteKey: " if the list is empty, if a pattern is invalid
-// or if two patterns conflict: it registers every pattern on a fresh
-// http.ServeMux and wraps ServeMux's own verdict.
-func newRouteMatcher(patterns []string) *routeMatcher {
+// New returns the Matcher of patterns, or an error if the list is empty,
+// if a pattern is invalid or if two patterns conflict. It registers every
+// pattern on a fresh http.ServeMux, and an invalid pattern's error is
+// ServeMux's own verdict, which names the pattern. Hosts are compared
+// without regard to ASCII case (ServeMux compares them exactly), so
+// patterns that conflict once their hosts are lower-cased are refused
+// too, with an error that says so.
+func New(patterns []string) (*Matcher, error) {
 	if len(patterns) == 0 {
-		panic(errors.New("httpbreaker: RouteKey: no patterns"))
+		return nil, errors.New("no patterns")
 	}
-	validateRoutePatterns(patterns, false)
+	if err := validate(patterns); err != nil {
+		return nil, err
+	}
 	// Hosts are compared without regard to ASCII case here, unlike in
 	// ServeMux: check that the patterns still do not conflict when their
 	// hosts are lower-cased.
 	lowered := make([]string, len(patterns))
 	anyUpper := false
 	for i, p := range patterns {
-		_, host, path := splitRoutePattern(p)
+		_, host, path := splitPattern(p)
 		lh := asciiLower(host)
 		if lh != host {
 			anyUpper = true
@@ -106,27 +118,29 @@ func newRouteMatcher(patterns []string) *routeMatcher {
 		lowered[i] = p[:len(p)-len(host)-len(path)] + lh + path
 	}
 	if anyUpper {
-		validateRoutePatterns(lowered, true)
+		if err := validate(lowered); err != nil {
+			return nil, fmt.Errorf("with hosts compared regardless of case: %w", err)
+		}
 	}
 
-	m := &routeMatcher{
+	m := &Matcher{
 		patterns: append([]string(nil), patterns...),
-		info:     make([]routeInfo, len(patterns)),
+		info:     make([]patternInfo, len(patterns)),
 	}
 	for i, p := range patterns {
-		method, host, path := splitRoutePattern(p)
-		segs, err := parseRouteSegments(path)
+		method, host, path := splitPattern(p)
+		segs, err := parseSegments(path)
 		if err != nil {
 			// ServeMux accepted the pattern, which happens only with
 			// GODEBUG=httpmuxgo121=1, where it does not parse patterns.
-			panic(fmt.Errorf("httpbreaker: RouteKey: parsing %q: %w", p, err))
+			return nil, fmt.Errorf("parsing %q: %w", p, err)
 		}
-		m.info[i] = routeInfo{nsegs: len(segs), lastMulti: segs[len(segs)-1].multi}
+		m.info[i] = patternInfo{nsegs: len(segs), lastMulti: segs[len(segs)-1].multi}
 		ms := m.methodsFor(asciiLower(host))
-		var root *routeNode
+		var root *node
 		if method == "" {
 			if ms.any == nil {
-				ms.any = newRouteNode()
+				ms.any = newNode()
 			}
 			root = ms.any
 		} else {
@@ -136,46 +150,40 @@ func newRouteMatcher(patterns []string) *routeMatcher {
 				}
 			}
 			if root == nil {
-				root = newRouteNode()
-				ms.methods = append(ms.methods, routeMethod{method, root})
+				root = newNode()
+				ms.methods = append(ms.methods, methodRoute{method, root})
 			}
 		}
 		if !root.add(segs, i) {
-			panic(fmt.Errorf("httpbreaker: RouteKey: pattern %q conflicts with pattern %q", p, patterns[root.leafFor(segs)]))
+			return nil, fmt.Errorf("pattern %q conflicts with pattern %q", p, patterns[root.leafFor(segs)])
 		}
 	}
-	return m
+	return m, nil
 }
 
-// validateRoutePatterns registers patterns on a fresh http.ServeMux and
-// turns its panic, if any, into ours.
-func validateRoutePatterns(patterns []string, lowered bool) {
+// validate registers patterns on a fresh http.ServeMux and returns its
+// panic, if any, as an error.
+func validate(patterns []string) (err error) {
 	mux := http.NewServeMux()
 	h := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	defer func() {
+		switch v := recover().(type) {
+		case nil:
+		case error:
+			err = v
+		default:
+			err = fmt.Errorf("%v", v)
+		}
+	}()
 	for _, p := range patterns {
-		func() {
-			defer func() {
-				v := recover()
-				if v == nil {
-					return
-				}
-				prefix := "httpbreaker: RouteKey: "
-				if lowered {
-					prefix += "with hosts compared regardless of case: "
-				}
-				if err, ok := v.(error); ok {
-					panic(fmt.Errorf("%s%w", prefix, err))
-				}
-				panic(fmt.Errorf("%s%v", prefix, v))
-			}()
-			mux.Handle(p, h)
-		}()
+		mux.Handle(p, h)
 	}
+	return nil
 }
 
-// splitRoutePattern splits a pattern into method, host and path as
+// splitPattern splits a pattern into method, host and path as
 // net/http's parsePattern does. The pattern must be valid.
-func splitRoutePattern(s string) (method, host, path string) {
+func splitPattern(s string) (method, host, path string) {
 	rest := s
 	if i := strings.IndexAny(s, " \t"); i >= 0 {
 		method, rest = s[:i], strings.TrimLeft(s[i+1:], " \t")
@@ -186,17 +194,17 @@ func splitRoutePattern(s string) (method, host, path string) {
 	return method, rest, ""
 }
 
-// parseRouteSegments parses the path of a pattern into segments as
+// parseSegments parses the path of a pattern into segments as
 // net/http's parsePattern does.
-func parseRouteSegments(rest string) ([]routeSeg, error) {
+func parseSegments(rest string) ([]segment, error) {
 	if rest == "" {
 		return nil, errors.New("host/path missing /")
 	}
-	var segs []routeSeg
+	var segs []segment
 	for len(rest) > 0 {
 		rest = rest[1:]
 		if len(rest) == 0 {
-			segs = append(segs, routeSeg{wild: true, multi: true})
+			segs = append(segs, segment{wild: true, multi: true})
 			break
 		}
 		i := strings.IndexByte(rest, '/')
@@ -209,7 +217,7 @@ func parseRouteSegments(rest string) ([]routeSeg, error) {
 			if u, err := url.PathUnescape(seg); err == nil {
 				seg = u
 			}
-			segs = append(segs, routeSeg{s: seg})
+			segs = append(segs, segment{s: seg})
 			continue
 		}
 		if seg[0] != '{' || seg[len(seg)-1] != '}' {
@@ -220,22 +228,22 @@ func parseRouteSegments(rest string) ([]routeSeg, error) {
 			if rest != "" {
 				return nil, errors.New("{$} not at end")
 			}
-			segs = append(segs, routeSeg{s: "/"})
+			segs = append(segs, segment{s: "/"})
 			break
 		}
 		name, multi := strings.CutSuffix(name, "...")
 		if multi && rest != "" {
 			return nil, errors.New("{...} wildcard not at end")
 		}
-		segs = append(segs, routeSeg{s: name, wild: true, multi: multi})
+		segs = append(segs, segment{s: name, wild: true, multi: multi})
 	}
 	return segs, nil
 }
 
-func (m *routeMatcher) methodsFor(host string) *routeMethods {
+func (m *Matcher) methodsFor(host string) *methodRoutes {
 	if host == "" {
 		if m.anyHost == nil {
-			m.anyHost = &routeMethods{}
+			m.anyHost = &methodRoutes{}
 		}
 		return m.anyHost
 	}
@@ -244,15 +252,15 @@ func (m *routeMatcher) methodsFor(host string) *routeMethods {
 			return h.methods
 		}
 	}
-	ms := &routeMethods{}
-	m.hosts = append(m.hosts, routeHost{host, ms})
+	ms := &methodRoutes{}
+	m.hosts = append(m.hosts, hostRoutes{host, ms})
 	return ms
 }
 
 // add adds the path segments of pattern i below n, as net/http's
 // routingNode.addSegments does. It reports false if another pattern
 // already ends at the same node.
-func (n *routeNode) add(segs []routeSeg, i int) bool {
+func (n *node) add(segs []segment, i int) bool {
 	for ; len(segs) > 0; segs = segs[1:] {
 		s := segs[0]
 		switch {
@@ -264,17 +272,17 @@ func (n *routeNode) add(segs []routeSeg, i int) bool {
 			return true
 		case s.wild || s.s == "":
 			if n.wild == nil {
-				n.wild = newRouteNode()
+				n.wild = newNode()
 			}
 			n = n.wild
 		default:
 			c := n.literal(s.s, s.s)
 			if c == nil {
-				c = newRouteNode()
-				n.lits = append(n.lits, newRouteEdge(s.s, c))
-				if n.litMap != nil || len(n.lits) >= routeLitMapMin {
+				c = newNode()
+				n.lits = append(n.lits, newEdge(s.s, c))
+				if n.litMap != nil || len(n.lits) >= litMapMin {
 					if n.litMap == nil {
-						n.litMap = make(map[string]*routeNode, len(n.lits))
+						n.litMap = make(map[string]*node, len(n.lits))
 						for _, e := range n.lits {
 							n.litMap[e.lit] = e.node
 						}
@@ -294,7 +302,7 @@ func (n *routeNode) add(segs []routeSeg, i int) bool {
 
 // leafFor returns the pattern that ends where segs would end below n.
 // It is used only to explain a failed add.
-func (n *routeNode) leafFor(segs []routeSeg) int {
+func (n *node) leafFor(segs []segment) int {
 	for ; len(segs) > 0; segs = segs[1:] {
 		s := segs[0]
 		switch {
@@ -311,13 +319,13 @@ func (n *routeNode) leafFor(segs []routeSeg) int {
 
 // literal returns the literal child of n with the unescaped key lit.
 // rest is lit and what follows it in the path.
-func (n *routeNode) literal(lit, rest string) *routeNode {
+func (n *node) literal(lit, rest string) *node {
 	if n.litMap != nil {
 		return n.litMap[lit]
 	}
 	if len(lit) <= 8 && len(rest) >= 8 {
 		// Compare the segment as one word, without a call.
-		w := load64(rest)
+		w := swar.Load64(rest)
 		if len(lit) < 8 {
 			w &= 1<<(8*len(lit)) - 1
 		}
@@ -340,7 +348,7 @@ func (n *routeNode) literal(lit, rest string) *routeNode {
 
 // literalEscaped returns the literal child of n whose key is the
 // unescaping of seg, which contains only valid %XX escapes.
-func (n *routeNode) literalEscaped(seg string) *routeNode {
+func (n *node) literalEscaped(seg string) *node {
 	if n.litMap != nil {
 		var buf [128]byte
 		if len(seg) <= len(buf) {
@@ -365,24 +373,20 @@ func (n *routeNode) literalEscaped(seg string) *routeNode {
 	return nil
 }
 
-// match returns the pattern, exactly as given, that http.ServeMux would
-// select for r, or ("", false) if there is none, including where
-// ServeMux would redirect or answer 405 (see RouteKey). It does not
-// allocate.
-func (m *routeMatcher) match(r *http.Request) (string, bool) {
-	if i := m.matchIndex(r); i >= 0 {
-		return m.patterns[i], true
-	}
-	return "", false
-}
-
-// matchIndex is match returning the index of the pattern, or -1. It
-// follows net/http's ServeMux.findHandler and matchOrRedirect.
-func (m *routeMatcher) matchIndex(r *http.Request) int {
+// Match returns the index in New's patterns of the pattern that
+// http.ServeMux would serve r with, or -1 if there is none, including
+// where ServeMux would redirect or answer 405 Method Not Allowed. It
+// follows net/http's ServeMux.findHandler and matchOrRedirect, with these
+// differences: the host matched is r.Host if set, else r.URL.Host, and
+// is compared without regard to ASCII case; an empty r.Method is GET and
+// an empty path "/"; a CONNECT request's host loses its port like any
+// other's, and a CONNECT path that does not start with "/" matches
+// nothing. It does not allocate.
+func (m *Matcher) Match(r *http.Request) int {
 	if r == nil || r.URL == nil {
 		return -1
 	}
-	path, decode := requestEscapedPath(r.URL)
+	path, decode := escapedPath(r.URL)
 	method := r.Method
 	if method == "" {
 		method = http.MethodGet
@@ -392,7 +396,7 @@ func (m *routeMatcher) matchIndex(r *http.Request) int {
 		// was not clean: either way, no handler.
 		if path == "" {
 			path, decode = "/", false
-		} else if !isCleanRoutePath(path) {
+		} else if !isCleanPath(path) {
 			return -1
 		}
 	} else if path != "" && path[0] != '/' {
@@ -407,7 +411,7 @@ func (m *routeMatcher) matchIndex(r *http.Request) int {
 		if host == "" {
 			host = r.URL.Host
 		}
-		host = stripRoutePort(host)
+		host = stripPort(host)
 	}
 
 	i := m.lookup(host, method, path, decode, false)
@@ -425,7 +429,7 @@ func (m *routeMatcher) matchIndex(r *http.Request) int {
 
 // exactMatch is net/http's exactMatch for pattern i and the path, with a
 // slash appended if slash is set.
-func (m *routeMatcher) exactMatch(i int, path string, slash bool) bool {
+func (m *Matcher) exactMatch(i int, path string, slash bool) bool {
 	if i < 0 {
 		return false
 	}
@@ -445,7 +449,7 @@ func (m *routeMatcher) exactMatch(i int, path string, slash bool) bool {
 // lookup is net/http's routingNode.match: the pattern matching host,
 // method and path (with a slash appended if slash is set), or -1. decode
 // tells whether path segments are to be unescaped.
-func (m *routeMatcher) lookup(host, method, path string, decode, slash bool) int {
+func (m *Matcher) lookup(host, method, path string, decode, slash bool) int {
 	if host != "" {
 		for k := range m.hosts {
 			if asciiEqualFold(m.hosts[k].host, host) {
@@ -462,8 +466,8 @@ func (m *routeMatcher) lookup(host, method, path string, decode, slash bool) int
 	return m.anyHost.lookup(method, path, decode, slash)
 }
 
-func (ms *routeMethods) lookup(method, path string, decode, slash bool) int {
-	var get *routeNode
+func (ms *methodRoutes) lookup(method, path string, decode, slash bool) int {
+	var get *node
 	for k := range ms.methods {
 		e := &ms.methods[k]
 		if e.method == method {
@@ -488,7 +492,7 @@ func (ms *routeMethods) lookup(method, path string, decode, slash bool) int {
 
 // lookup is net/http's routingNode.matchPath. The path to match is path
 // followed by a "/" if slash is set; path is empty or starts with '/'.
-func (n *routeNode) lookup(path string, decode, slash bool) int {
+func (n *node) lookup(path string, decode, slash bool) int {
 	if path == "" && !slash {
 		return n.pat
 	}
@@ -512,7 +516,7 @@ func (n *routeNode) lookup(path string, decode, slash bool) int {
 	// Literal children first. (An empty segment finds the wildcard child
 	// in ServeMux, which is tried next anyway.)
 	if seg != "" {
-		var c *routeNode
+		var c *node
 		if escaped {
 			c = n.literalEscaped(seg)
 		} else {
@@ -535,19 +539,19 @@ func (n *routeNode) lookup(path string, decode, slash bool) int {
 	return n.multi
 }
 
-// requestEscapedPath returns u.EscapedPath() without allocating: either
+// escapedPath returns u.EscapedPath() without allocating: either
 // u.RawPath, whose segments are then to be unescaped (decode), or u.Path,
 // whose segments are what unescaping the segments of u.EscapedPath()
 // would give back.
-func requestEscapedPath(u *url.URL) (path string, decode bool) {
-	if u.RawPath != "" && validEncodedRoutePath(u.RawPath) && unescapedEqual(u.RawPath, u.Path) {
+func escapedPath(u *url.URL) (path string, decode bool) {
+	if u.RawPath != "" && validEncodedPath(u.RawPath) && unescapedEqual(u.RawPath, u.Path) {
 		return u.RawPath, true
 	}
 	return u.Path, false
 }
 
-// validEncodedRoutePath is net/url's validEncoded(s, encodePath).
-func validEncodedRoutePath(s string) bool {
+// validEncodedPath is net/url's validEncoded(s, encodePath).
+func validEncodedPath(s string) bool {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		switch {
@@ -616,13 +620,13 @@ func unhexByte(c byte) byte {
 	return 0
 }
 
-// isCleanRoutePath reports whether net/http's cleanPath(p) == p: p starts
+// isCleanPath reports whether net/http's cleanPath(p) == p: p starts
 // with '/' and has no empty, "." or ".." segment (but may end in '/').
-func isCleanRoutePath(p string) bool {
+func isCleanPath(p string) bool {
 	if p == "" || p[0] != '/' {
 		return false
 	}
-	if !hasSlashPair(p) {
+	if !swar.HasSlashPair(p) {
 		return true // no "//" nor "/.": most paths
 	}
 	start := 1 // of the current segment
@@ -649,9 +653,9 @@ func isCleanRoutePath(p string) bool {
 	return true
 }
 
-// stripRoutePort is net/http's stripHostPort: h without a port, if
+// stripPort is net/http's stripHostPort: h without a port, if
 // net.SplitHostPort accepts it, else h. It does not allocate.
-func stripRoutePort(h string) string {
+func stripPort(h string) string {
 	i := strings.LastIndexByte(h, ':')
 	if i < 0 {
 		return h

@@ -2,76 +2,12 @@ package httpbreaker
 
 import (
 	"net/http"
-	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
 )
-
-func TestHostKey(t *testing.T) {
-	for u, want := range map[string]string{
-		"http://API.Example.com/x":      "api.example.com",
-		"https://api.example.com:8443/": "api.example.com:8443",
-		"http://127.0.0.1:9000/a?b=c":   "127.0.0.1:9000",
-		"https://[::1]:80/":             "[::1]:80",
-		"http://[::1]:80/":              "[::1]",
-		"https://example.com:443/":      "example.com",
-		"https://example.com/":          "example.com",
-		"http://example.com.:80/":       "example.com",
-		"http://example.com./":          "example.com",
-		"http://example.com:0080/":      "example.com",
-		"http://example.com:08080/":     "example.com:8080",
-		"http://example.com:443/":       "example.com:443",
-		"https://Example.COM.:0443/":    "example.com",
-		"http://127.0.0.1:00/":          "127.0.0.1:0",
-	} {
-		require.Equal(t, want, HostKey(mustReq(t, u)), u)
-	}
-	require.Equal(t, "", HostKey(nil))
-	require.Equal(t, "", HostKey(&http.Request{}))
-	long := &http.Request{URL: mustReq(t, "http://x.test/").URL}
-	long.URL.Host = strings.Repeat("a", 5000)
-	require.Len(t, HostKey(long), maxKeyLen)
-	r := mustReq(t, "http://api.example.com/")
-	require.Zero(t, testing.AllocsPerRun(100, func() { _ = HostKey(r) }))
-}
-
-func TestRouteKeyNeverPerRawPath(t *testing.T) {
-	k := RouteKey("GET /users/{id}", "POST /v1/charges", "/files/{path...}")
-	require.Equal(t, "api.test GET /users/{id}", k(mustReq(t, "http://api.test/users/1")))
-	require.Equal(t, "api.test GET /users/{id}", k(mustReq(t, "http://API.test/users/2")))
-	require.Equal(t, "api.test /files/{path...}", k(mustReq(t, "http://api.test/files/a/b/c.txt")))
-	require.Equal(t, "api.test", k(mustReq(t, "http://api.test/unknown/path")), "unmatched → host key")
-	post, _ := http.NewRequest(http.MethodPost, "http://api.test/v1/charges", nil)
-	require.Equal(t, "api.test POST /v1/charges", k(post))
-	require.Equal(t, "api.test", k(mustReq(t, "http://api.test/v1/charges")), "GET does not match a POST pattern")
-}
-
-func TestWithRoutesGivesEachOperationItsOwnBreaker(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		d := newDep(500)
-		tr := New(d, WithRoutes("GET /users/{id}", "GET /orders/{id}"), WithMinRequests(2))
-		for i := range 2 {
-			_, _ = get(t, tr, "http://api.test/users/"+itoaTest(i))
-		}
-		require.Equal(t, StateOpen, tr.State("api.test GET /users/{id}"))
-		require.Equal(t, StateClosed, tr.State("api.test GET /orders/{id}"))
-		d.set(200, nil)
-		resp, err := get(t, tr, "http://api.test/orders/7")
-		require.NoError(t, err)
-		require.Equal(t, 200, resp.StatusCode, "another route keeps working")
-	})
-}
-
-func keys(tr *Transport) []string {
-	var out []string
-	for _, s := range tr.Snapshot() {
-		out = append(out, s.Key)
-	}
-	return out
-}
 
 func TestMaxBreakersFallsBackToTheHostKey(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -171,24 +107,4 @@ func TestFullCapTakesNoLock(t *testing.T) {
 	})
 	require.Equal(t, int64(5), d.calls.Load(), "every request reached the dependency")
 	require.Equal(t, int64(3), tr.breakers.get("api.test").b.window().totals().requests())
-}
-
-// TestOperatorKeysReadAsHostKeyDoes: Trip, State and Reset read a key's
-// host part as HostKey does, so an operator's spelling reaches the
-// breaker requests use.
-func TestOperatorKeysReadAsHostKeyDoes(t *testing.T) {
-	tr := New(newDep(200))
-	for _, spelling := range []string{"API.Example.com", "api.example.com.", "Api.Example.Com.", "api.example.com:0443 GET /x"} {
-		tr.Trip(spelling, time.Hour)
-	}
-	for _, u := range []string{"https://api.example.com/", "https://API.EXAMPLE.COM.:443/v1"} {
-		resp, err := get(t, tr, u)
-		require.NoError(t, err)
-		require.True(t, IsRejected(resp), u)
-	}
-	require.Equal(t, StateOpen, tr.State("API.example.com."))
-	require.Equal(t, StateOpen, tr.State("api.example.com:443 GET /x"), "a route key's host part too")
-	tr.Reset("Api.Example.Com")
-	require.Equal(t, StateClosed, tr.State("api.example.com"))
-	require.ElementsMatch(t, []string{"api.example.com", "api.example.com:443 GET /x"}, keys(tr))
 }
