@@ -221,3 +221,17 @@ func keys(tr *Transport) []string {
 	}
 	return out
 }
+
+// mustReq is a GET request for u.
+func mustReq(t testing.TB, u string) *http.Request {
+	r, err := http.NewRequest(http.MethodGet, u, nil)
+	require.NoError(t, err)
+	return r
+}
+
+// stub is the cheapest possible next: one shared response, no allocation.
+type stub struct{ resp *http.Response }
+
+func newStub() *stub {
+	return &stub{resp: &http.Response{StatusCode: 200, Body: http.NoBody}}
+}

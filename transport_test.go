@@ -253,12 +253,6 @@ func TestRejectAsError(t *testing.T) {
 	})
 }
 
-func mustReq(t testing.TB, u string) *http.Request {
-	r, err := http.NewRequest(http.MethodGet, u, nil)
-	require.NoError(t, err)
-	return r
-}
-
 func TestFallback(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newDep(500)
