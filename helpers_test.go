@@ -235,3 +235,81 @@ type stub struct{ resp *http.Response }
 func newStub() *stub {
 	return &stub{resp: &http.Response{StatusCode: 200, Body: http.NoBody}}
 }
+
+const testURL = "http://api.test/v1/things"
+
+const testKey = "api.test"
+
+// step is one row of a state-machine table: after waiting (in fake time),
+// a request is sent while the dependency answers code (or err).
+type step struct {
+	after time.Duration // wait this long before the request
+	code  int           // the dependency's status, when err is nil
+	err   error         // the dependency's error
+	sent  bool          // the request must reach the dependency
+	want  State         // the breaker's state after the request
+}
+
+// rep repeats a step n times.
+func rep(n int, s step) []step {
+	out := make([]step, n)
+	for i := range out {
+		out[i] = s
+	}
+	return out
+}
+
+// steps concatenates rows and groups of rows.
+func steps(parts ...any) []step {
+	var out []step
+	for _, p := range parts {
+		switch v := p.(type) {
+		case step:
+			out = append(out, v)
+		case []step:
+			out = append(out, v...)
+		}
+	}
+	return out
+}
+
+// run sends one request per step through tr to d and checks that it
+// reached d or not and the state afterwards. Call it inside a synctest
+// bubble.
+func run(t *testing.T, tr *Transport, d *dep, rows []step) {
+	t.Helper()
+	for i, s := range rows {
+		time.Sleep(s.after)
+		d.set(s.code, s.err)
+		before := d.calls.Load()
+		resp, err := get(t, tr, testURL)
+		sent := d.calls.Load() > before
+		require.Equal(t, s.sent, sent, "step %d: reached the dependency", i)
+		require.Equal(t, s.want, tr.State(testKey), "step %d: state", i)
+		if !s.sent {
+			require.NoError(t, err, "step %d", i)
+			require.True(t, IsRejected(resp), "step %d: rejected with the synthetic 503", i)
+		}
+	}
+}
+
+func with(s step, f func(*step)) step { f(&s); return s }
+
+// tripped returns a Transport over d whose breaker for testKey has just
+// opened for exactly 1s.
+func tripped(t *testing.T, d *dep, opts ...Option) *Transport {
+	tr := New(d, append([]Option{WithMinRequests(1), WithJitter(0), WithOpenTimeout(time.Second)}, opts...)...)
+	d.set(500, nil)
+	_, _ = get(t, tr, testURL)
+	require.Equal(t, StateOpen, tr.State(testKey))
+	return tr
+}
+
+func itoaTest(i int) string { return string(rune('a'+i/26)) + string(rune('a'+i%26)) }
+
+// ok200 and fail500 are the commonest steps: an answer that reaches the
+// dependency and leaves the breaker closed.
+var (
+	ok200   = step{code: 200, sent: true, want: StateClosed}
+	fail500 = step{code: 500, sent: true, want: StateClosed}
+)
