@@ -225,8 +225,7 @@ func TestQueueLosesNoPlace(t *testing.T) {
 // TestBulkheadRefusesAsOpenWhenFullAndOpen: with both places taken, a
 // third call is refused as bulkhead full while the breaker is closed,
 // and as open once it has opened, so that its caller learns when the
-// open period ends. (It was TestMachineBulkhead, when the breaker held
-// the bulkhead.)
+// open period ends.
 func TestBulkheadRefusesAsOpenWhenFullAndOpen(t *testing.T) {
 	c := testCircuit("k")
 	p := *c.pol.Load()

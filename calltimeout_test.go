@@ -153,3 +153,23 @@ func TestCallTimeoutThroughAClient(t *testing.T) {
 	require.True(t, IsRejected(resp))
 	resp.Body.Close()
 }
+
+// TestCallTimeoutAppliesInShadowWhenItWouldRefuse: in ModeShadow a call
+// the breaker would refuse still goes to next under the call timeout, not
+// for the caller's whole deadline.
+func TestCallTimeoutAppliesInShadowWhenItWouldRefuse(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(200)
+		tr := New(d, WithCallTimeout(100*time.Millisecond), WithMode(ModeShadow))
+		d.hangUntilDone()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		start := time.Now()
+		_, _ = getCtx(t, ctx, tr, testURL)
+		require.Equal(t, 100*time.Millisecond, time.Since(start), "admitted: call timeout applies")
+		tr.Trip(testKey, time.Minute)
+		start = time.Now()
+		_, _ = getCtx(t, ctx, tr, testURL)
+		require.Equal(t, 100*time.Millisecond, time.Since(start), "would-be-refused: call timeout skipped")
+	})
+}

@@ -108,3 +108,22 @@ func TestFullCapTakesNoLock(t *testing.T) {
 	require.Equal(t, int64(5), d.calls.Load(), "every request reached the dependency")
 	require.Equal(t, int64(3), tr.breakers.get("api.test").b.window().totals().requests())
 }
+
+// TestMaxBreakersOffRouteFallsBackToTheEnforcingHost: past the cap, a
+// ModeOff route stays off, even though its host's breaker, which it
+// would fall back to, enforces and is open: its requests go to next.
+func TestMaxBreakersOffRouteFallsBackToTheEnforcingHost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(500)
+		tr := New(d, WithRoutes("/off"), WithMaxBreakers(1), WithMinRequests(5),
+			WithPolicy("api.test /off", WithMode(ModeOff)))
+		for range 5 {
+			_, _ = get(t, tr, "http://api.test/other") // the host key: trips
+		}
+		require.Equal(t, StateOpen, tr.State("api.test"))
+		d.set(200, nil)
+		resp, err := get(t, tr, "http://api.test/off")
+		require.NoError(t, err)
+		require.False(t, IsRejected(resp), "ModeOff: requests go straight to next")
+	})
+}

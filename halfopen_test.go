@@ -189,3 +189,27 @@ func TestSlowCallThresholdLetsHalfOpenClose(t *testing.T) {
 		))
 	})
 }
+
+// TestLateProbeFailsAtTheBound: a probe that outlives the probe bound
+// counts as failed when the bound passed, even when it returns before
+// anything asks the breaker (no admission, State or Snapshot in
+// between): its late success does not close the breaker.
+func TestLateProbeFailsAtTheBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(200)
+		log := &transitionLog{}
+		tr := New(d, WithOpenTimeout(time.Second), WithMaxOpenTimeout(2*time.Second), WithJitter(0),
+			WithProbesToClose(1), onStateChange(log.hook))
+		tr.Trip(testKey, time.Second)
+		time.Sleep(time.Second)
+		d.mu.Lock()
+		d.delay = 5 * time.Second // the probe takes 5s; the bound is 2s
+		d.mu.Unlock()
+		_, err := get(t, tr, testURL)
+		require.NoError(t, err)
+		require.Equal(t, []string{
+			testKey + ": closed→open", testKey + ": open→half-open",
+			testKey + ": half-open→open", // at the bound, 2s after the probe went
+		}, log.list()[:3], "the late probe must not close the breaker")
+	})
+}
