@@ -173,3 +173,81 @@ func TestCallTimeoutAppliesInShadowWhenItWouldRefuse(t *testing.T) {
 		require.Equal(t, 100*time.Millisecond, time.Since(start), "would-be-refused: call timeout skipped")
 	})
 }
+
+// TestCallerDeadlinePastAtAdmissionIsIgnored: a caller deadline already
+// past when the call is admitted — the zero time.Time, one far in the
+// past, one an hour ago — left the dependency no budget: the call's
+// context.DeadlineExceeded from next is ignored, so such calls never
+// trip the breaker, also under a call timeout (which keeps the earlier
+// deadline). A failure with no deadline still trips it afterwards.
+func TestCallerDeadlinePastAtAdmissionIsIgnored(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		deadline func() time.Time
+	}{
+		{"zero time", func() time.Time { return time.Time{} }},
+		{"far past", func() time.Time { return time.Unix(-1<<62, 0) }},
+		{"an hour ago", func() time.Time { return time.Now().Add(-time.Hour) }},
+	} {
+		for _, callTimeout := range []time.Duration{0, time.Minute, longest} {
+			t.Run(tc.name+"/call timeout "+callTimeout.String(), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					d := newDep(http.StatusInternalServerError)
+					tr := New(d, WithMinRequests(1), WithCallTimeout(callTimeout))
+					time.Sleep(time.Second) // the clock is past zero: deadline - now must not wrap
+					for i := range 10 {
+						ctx, cancel := context.WithDeadline(context.Background(), tc.deadline())
+						resp, err := getCtx(t, ctx, tr, testURL)
+						cancel()
+						require.Nil(t, resp)
+						require.ErrorIs(t, err, context.DeadlineExceeded)
+						require.Equal(t, StateClosed, tr.State(testKey), "call %d", i+1)
+					}
+					require.EqualValues(t, 10, d.calls.Load(), "every call reached next")
+					s := tr.Snapshot()[0]
+					require.Zero(t, s.Requests, "ignored: not in the window")
+					require.Zero(t, s.Failures)
+
+					requireAnswers(t, tr, http.StatusInternalServerError)
+					require.Equal(t, StateOpen, tr.State(testKey), "a real failure still trips it")
+				})
+			})
+		}
+	}
+}
+
+// TestCallerDeadlineFarFutureCountsFailures: a caller deadline too far
+// ahead for the clock (time.Unix(1<<62, 0)) is a budget like any ample
+// one: a connection error counts as a failure and trips the breaker, and
+// so does a call its (shorter) call timeout ended.
+func TestCallerDeadlineFarFutureCountsFailures(t *testing.T) {
+	far := time.Unix(1<<62, 0)
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(0)
+		d.set(0, errConnRefused)
+		tr := New(d, WithMinRequests(3))
+		time.Sleep(time.Second)
+		ctx, cancel := context.WithDeadline(context.Background(), far)
+		defer cancel()
+		for i := range 3 {
+			require.Equal(t, StateClosed, tr.State(testKey), "before call %d", i+1)
+			_, err := getCtx(t, ctx, tr, testURL)
+			require.ErrorIs(t, err, errConnRefused)
+		}
+		require.Equal(t, StateOpen, tr.State(testKey), "three failures trip it")
+	})
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(http.StatusOK)
+		d.hangUntilDone()
+		tr := New(d, WithMinRequests(3), WithCallTimeout(time.Second))
+		time.Sleep(time.Second)
+		ctx, cancel := context.WithDeadline(context.Background(), far)
+		defer cancel()
+		for i := range 3 {
+			require.Equal(t, StateClosed, tr.State(testKey), "before call %d", i+1)
+			_, err := getCtx(t, ctx, tr, testURL)
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+		}
+		require.Equal(t, StateOpen, tr.State(testKey), "three call timeouts trip it")
+	})
+}

@@ -127,3 +127,42 @@ func TestMaxBreakersOffRouteFallsBackToTheEnforcingHost(t *testing.T) {
 		require.False(t, IsRejected(resp), "ModeOff: requests go straight to next")
 	})
 }
+
+// TestEvictionRescanFollowsUpdatedWindow: past the cap, the Transport
+// looks for an idle breaker again once per bucket of the window. When no
+// breaker was idle under WithWindow(math.MaxInt64), the next look is a
+// tenth of that away (about 29 years), and an Update to a 10s window
+// does not bring it closer: the old breaker, idle under the new window,
+// keeps its place and a new key gets no breaker (its calls go through
+// unprotected) for decades. A Transport made with the new window gives
+// the new key the place.
+func TestEvictionRescanFollowsUpdatedWindow(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		update bool
+	}{
+		{"made with a 10s window", false},
+		{"updated to a 10s window", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				d := newDep(http.StatusOK)
+				window := 10 * time.Second
+				if tc.update {
+					window = longest
+				}
+				tr := New(d, WithMaxBreakers(1), WithWindow(window))
+				time.Sleep(time.Second)
+				_, _ = get(t, tr, "http://a.test/")
+				_, _ = get(t, tr, "http://b.test/") // no room: a is not idle yet
+				require.Equal(t, []string{"a.test"}, keys(tr))
+				if tc.update {
+					require.NoError(t, tr.Update(WithWindow(10*time.Second)))
+				}
+				time.Sleep(time.Minute) // a is idle: closed, older than the window, nothing in it
+				_, _ = get(t, tr, "http://b.test/")
+				require.Equal(t, []string{"b.test"}, keys(tr), "b takes the place of a, idle under the window it has")
+			})
+		})
+	}
+}

@@ -2,6 +2,8 @@ package httpbreaker
 
 import (
 	"context"
+	"net/http"
+	"strconv"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -212,4 +214,78 @@ func TestLateProbeFailsAtTheBound(t *testing.T) {
 			testKey + ": half-open→open", // at the bound, 2s after the probe went
 		}, log.list()[:3], "the late probe must not close the breaker")
 	})
+}
+
+// TestHalfOpenProbeThrottledReopensForRetryAfter: a probe answered 429
+// with Retry-After reopens the breaker, for reason throttled, for at
+// least that Retry-After; the refusals say so, no further call reaches
+// the dependency meanwhile, and the throttled cycle counts in the
+// backoff of the next open period.
+func TestHalfOpenProbeThrottledReopensForRetryAfter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var rec transitionRecorder
+		d := newDep(http.StatusInternalServerError)
+		tr := New(d, WithMinRequests(1), WithJitter(0), WithOpenTimeout(time.Second),
+			WithMaxOpenTimeout(time.Minute), WithProbesToClose(1), WithOnTransition(rec.hook))
+		_, _ = get(t, tr, testURL)
+		require.Equal(t, StateOpen, tr.State(testKey))
+		time.Sleep(time.Second)
+
+		d.set(http.StatusTooManyRequests, nil)
+		d.setHeader(http.Header{"Retry-After": {"20"}})
+		requireAnswers(t, tr, http.StatusTooManyRequests) // the probe
+		require.Equal(t, StateOpen, tr.State(testKey), "a throttled probe reopens")
+		require.Equal(t, 20*time.Second, openFor(t, tr), "for its Retry-After (the 2s backoff is shorter)")
+		last := rec.last(t)
+		require.Equal(t, StateHalfOpen, last.From)
+		require.Equal(t, StateOpen, last.To)
+		require.Equal(t, ReasonThrottled, last.Reason)
+		require.Equal(t, 20*time.Second, last.OpenFor)
+
+		reached := d.calls.Load()
+		requireRefused(t, tr, "20")
+		time.Sleep(19 * time.Second)
+		requireRefused(t, tr, "1")
+		require.Equal(t, reached, d.calls.Load(), "no retry became a probe")
+
+		time.Sleep(time.Second)
+		require.Equal(t, StateHalfOpen, tr.State(testKey))
+		d.setHeader(nil)
+		d.set(http.StatusInternalServerError, nil)
+		requireAnswers(t, tr, http.StatusInternalServerError) // the next probe fails
+		require.Equal(t, 4*time.Second, openFor(t, tr), "1s doubled for each failed cycle, the throttled one included")
+		require.Equal(t, ReasonProbeFailed, rec.last(t).Reason)
+	})
+}
+
+// TestHalfOpenProbeThrottledOpenPeriodBounds: a throttled probe without
+// Retry-After reopens for the backoff; one whose Retry-After is past
+// the maximum open timeout, for the maximum.
+func TestHalfOpenProbeThrottledOpenPeriodBounds(t *testing.T) {
+	for _, tc := range []struct {
+		retryAfter string
+		want       time.Duration
+	}{
+		{"", 2 * time.Second},
+		{"3600", time.Minute},
+	} {
+		t.Run("Retry-After "+strconv.Quote(tc.retryAfter), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var rec transitionRecorder
+				d := newDep(http.StatusInternalServerError)
+				tr := New(d, WithMinRequests(1), WithJitter(0), WithOpenTimeout(time.Second),
+					WithMaxOpenTimeout(time.Minute), WithOnTransition(rec.hook))
+				_, _ = get(t, tr, testURL)
+				time.Sleep(time.Second)
+				d.set(http.StatusTooManyRequests, nil)
+				if tc.retryAfter != "" {
+					d.setHeader(http.Header{"Retry-After": {tc.retryAfter}})
+				}
+				requireAnswers(t, tr, http.StatusTooManyRequests)
+				require.Equal(t, tc.want, openFor(t, tr))
+				require.Equal(t, ReasonThrottled, rec.last(t).Reason)
+				requireRefused(t, tr, strconv.Itoa(int(tc.want/time.Second)))
+			})
+		})
+	}
 }

@@ -49,9 +49,12 @@ func response(req *http.Request, code int, header http.Header) *http.Response {
 }
 
 // dep is a fake dependency: an in-memory next RoundTripper whose answer
-// the test sets, and which counts the calls that reach it.
+// the test sets, and which counts the calls that reach it. Like a real
+// transport, it fails a request whose context is already done with the
+// context's error.
 type dep struct {
-	calls atomic.Int64
+	calls         atomic.Int64
+	nearDeadlines atomic.Int64 // calls that came with a deadline less than a century away
 
 	mu     sync.Mutex
 	code   int         // status to answer with, when err is nil
@@ -101,8 +104,14 @@ func (d *dep) release() {
 
 func (d *dep) RoundTrip(req *http.Request) (*http.Response, error) {
 	d.calls.Add(1)
+	if dl, ok := req.Context().Deadline(); ok && dl.Before(time.Now().Add(century)) {
+		d.nearDeadlines.Add(1)
+	}
 	if req.Body != nil {
 		defer req.Body.Close()
+	}
+	if err := req.Context().Err(); err != nil {
+		return nil, err // as a real transport does
 	}
 	d.mu.Lock()
 	code, err, hang, gate, header, delay := d.code, d.err, d.hang, d.gate, d.header.Clone(), d.delay
@@ -313,3 +322,57 @@ var (
 	ok200   = step{code: 200, sent: true, want: StateClosed}
 	fail500 = step{code: 500, sent: true, want: StateClosed}
 )
+
+// century is far enough ahead to tell "at the clock's end" from "soon".
+const century = 100 * 365 * 24 * time.Hour
+
+// transitionRecorder records every transition WithOnTransition reports.
+type transitionRecorder struct {
+	mu  sync.Mutex
+	got []Transition
+}
+
+func (r *transitionRecorder) hook(tr Transition) {
+	r.mu.Lock()
+	r.got = append(r.got, tr)
+	r.mu.Unlock()
+}
+
+// last returns the latest transition; there must be one.
+func (r *transitionRecorder) last(t *testing.T) Transition {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	require.NotEmpty(t, r.got, "no transition reported")
+	return r.got[len(r.got)-1]
+}
+
+// openFor is how long testKey's open breaker stays open from now, as
+// Snapshot shows it.
+func openFor(t *testing.T, tr *Transport) time.Duration {
+	t.Helper()
+	s := tr.Snapshot()
+	require.Len(t, s, 1)
+	require.Equal(t, StateOpen, s[0].State)
+	return time.Until(s[0].RetryAt)
+}
+
+// requireRefused requires that a call to testURL be refused with the
+// synthetic 503 saying Retry-After: want seconds.
+func requireRefused(t *testing.T, tr *Transport, want string) {
+	t.Helper()
+	resp, err := get(t, tr, testURL)
+	require.NoError(t, err)
+	require.True(t, IsRejected(resp), "refused by the breaker")
+	require.Equal(t, want, resp.Header.Get("Retry-After"))
+}
+
+// requireAnswers requires that a call to testURL reach the dependency
+// and come back with its answer, code.
+func requireAnswers(t *testing.T, tr *Transport, code int) {
+	t.Helper()
+	resp, err := get(t, tr, testURL)
+	require.NoError(t, err)
+	require.False(t, IsRejected(resp), "answered by the dependency")
+	require.Equal(t, code, resp.StatusCode)
+}
