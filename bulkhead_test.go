@@ -13,46 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// heldDep is a next whose calls each wait until the test lets them go,
-// by the X-ID of their request, and that records the order they arrived.
-type heldDep struct {
-	mu      sync.Mutex
-	arrived []string
-	gates   map[string]chan int // the status each call answers with
-}
-
-func newHeldDep() *heldDep { return &heldDep{gates: map[string]chan int{}} }
-
-func (d *heldDep) gate(id string) chan int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.gates[id] == nil {
-		d.gates[id] = make(chan int, 1)
-	}
-	return d.gates[id]
-}
-
-func (d *heldDep) RoundTrip(req *http.Request) (*http.Response, error) {
-	id := req.Header.Get("X-ID")
-	d.mu.Lock()
-	d.arrived = append(d.arrived, id)
-	d.mu.Unlock()
-	select {
-	case code := <-d.gate(id):
-		return response(req, code, nil), nil
-	case <-req.Context().Done():
-		return nil, req.Context().Err()
-	}
-}
-
-func (d *heldDep) let(id string, code int) { d.gate(id) <- code }
-
-func (d *heldDep) order() []string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return append([]string(nil), d.arrived...)
-}
-
 // result is what one call through the queue got.
 type result struct {
 	resp *http.Response

@@ -63,6 +63,11 @@ type dep struct {
 	hang   bool        // block until the request's context is done
 	gate   chan struct{}
 	delay  time.Duration // answer after this long
+
+	// Set by holdEach: each call waits for its own gate, by its X-ID.
+	held    bool
+	arrived []string            // the X-IDs of held calls, in the order they came
+	gates   map[string]chan int // the status each held call answers with
 }
 
 func newDep(code int) *dep { return &dep{code: code} }
@@ -102,6 +107,42 @@ func (d *dep) release() {
 	d.mu.Unlock()
 }
 
+// newHeldDep is a dep whose calls each wait until the test lets them go
+// (holdEach).
+func newHeldDep() *dep {
+	d := newDep(http.StatusOK)
+	d.holdEach()
+	return d
+}
+
+// holdEach makes every call wait until let is called for the X-ID of its
+// request, and records the order calls arrive in (order).
+func (d *dep) holdEach() {
+	d.mu.Lock()
+	d.held, d.gates = true, map[string]chan int{}
+	d.mu.Unlock()
+}
+
+// heldGate is the gate of the held call with X-ID id.
+func (d *dep) heldGate(id string) chan int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.gates[id] == nil {
+		d.gates[id] = make(chan int, 1)
+	}
+	return d.gates[id]
+}
+
+// let lets the held call with X-ID id go, to answer with code.
+func (d *dep) let(id string, code int) { d.heldGate(id) <- code }
+
+// order is the X-IDs of the held calls, in the order they arrived.
+func (d *dep) order() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.arrived...)
+}
+
 func (d *dep) RoundTrip(req *http.Request) (*http.Response, error) {
 	d.calls.Add(1)
 	if dl, ok := req.Context().Deadline(); ok && dl.Before(time.Now().Add(century)) {
@@ -109,6 +150,20 @@ func (d *dep) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	if req.Body != nil {
 		defer req.Body.Close()
+	}
+	d.mu.Lock()
+	held := d.held
+	if held {
+		d.arrived = append(d.arrived, req.Header.Get("X-ID"))
+	}
+	d.mu.Unlock()
+	if held {
+		select {
+		case code := <-d.heldGate(req.Header.Get("X-ID")):
+			return response(req, code, nil), nil
+		case <-req.Context().Done():
+			return nil, req.Context().Err()
+		}
 	}
 	if err := req.Context().Err(); err != nil {
 		return nil, err // as a real transport does
