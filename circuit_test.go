@@ -1,10 +1,15 @@
 package httpbreaker
 
 import (
+	"context"
 	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -165,4 +170,65 @@ func TestEvictionRescanFollowsUpdatedWindow(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestBreakerKeyDoesNotPinTheRequest: a breaker outlives the request that
+// made it, so its key must not be a substring of that request's URL,
+// which would keep the whole URL (query string included) in memory.
+func TestBreakerKeyDoesNotPinTheRequest(t *testing.T) {
+	raw := "http://api.test/v1/users?token=" + strings.Repeat("s", 4096)
+	req, err := http.NewRequest(http.MethodGet, raw, nil)
+	require.NoError(t, err)
+	tr := New(newDep(http.StatusOK))
+	resp, err := tr.RoundTrip(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	c := tr.breakers.get("api.test")
+	require.NotNil(t, c)
+	key := uintptr(unsafe.Pointer(unsafe.StringData(c.key())))
+	url := uintptr(unsafe.Pointer(unsafe.StringData(raw)))
+	host := uintptr(unsafe.Pointer(unsafe.StringData(req.URL.Host)))
+	require.NotEqual(t, host, key)
+	require.False(t, key >= url && key < url+uintptr(len(raw)), "the key points into the request's URL")
+}
+
+// TestEvictedWithCallsInFlightStillTrips: under cap pressure a closed
+// breaker whose calls all hang has nothing in its window and is evicted
+// for other hosts. When the hung calls time out, their failures must
+// still count for their key: the key's breaker opens, and the next call
+// to the hung dependency is refused.
+func TestEvictedWithCallsInFlightStillTrips(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var hung atomic.Int64
+		next := rtFunc(func(req *http.Request) (*http.Response, error) {
+			if req.URL.Host == "hung.test" {
+				hung.Add(1)
+				<-req.Context().Done()
+				return nil, req.Context().Err()
+			}
+			return response(req, http.StatusOK, nil), nil
+		})
+		log := &transitionLog{}
+		tr := New(next, WithMaxBreakers(2), WithMinRequests(20), WithJitter(0), onStateChange(log.hook))
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var wg sync.WaitGroup
+		for range 20 {
+			wg.Go(func() { _, _ = getCtx(t, ctx, tr, "http://hung.test/") })
+		}
+		synctest.Wait()
+		time.Sleep(11 * time.Second) // hung.test's breaker: older than a window, nothing counted
+		for _, h := range []string{"a.test", "b.test"} {
+			_, err := get(t, tr, "http://"+h+"/")
+			require.NoError(t, err)
+		}
+		require.NotContains(t, keys(tr), "hung.test", "evicted with its calls in flight")
+		wg.Wait() // the 20 calls time out
+		require.Equal(t, StateOpen, tr.State("hung.test"))
+		require.Equal(t, []string{"hung.test: closed→open"}, log.list())
+		resp, err := get(t, tr, "http://hung.test/")
+		require.NoError(t, err)
+		require.True(t, IsRejected(resp), "the hung dependency is protected")
+		require.EqualValues(t, 20, hung.Load())
+	})
 }

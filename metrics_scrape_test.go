@@ -291,7 +291,7 @@ func TestAlertRulesMatchTheExposition(t *testing.T) {
 // TestScrapeNeverShowsMoreThanTheCap: during a flood of new hosts that
 // evicts breakers as fast as it makes them, on real goroutines under
 // -race, no scrape and no Snapshot lists more breakers than
-// WithMaxBreakers (issue 17.7).
+// WithMaxBreakers.
 func TestScrapeNeverShowsMoreThanTheCap(t *testing.T) {
 	const limit = 200
 	reg := prometheus.NewPedanticRegistry()

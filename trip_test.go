@@ -366,3 +366,26 @@ func TestResetStartsTheGenerationBeforeClearing(t *testing.T) {
 	<-done
 	require.True(t, moved, "the generation moved while the clear waited")
 }
+
+func TestTripAndResetOverHTTP(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(200)
+		log := &transitionLog{}
+		tr := New(d, onStateChange(log.hook), WithJitter(0.5), WithMaxOpenTimeout(10*time.Second))
+		require.Equal(t, StateClosed, tr.State("never.test"), "unknown key")
+		tr.Trip(testKey, time.Hour) // exactly d: no jitter, no cap
+		require.Equal(t, StateOpen, tr.State(testKey))
+		require.Equal(t, time.Hour, time.Until(tr.Snapshot()[0].RetryAt))
+		resp, _ := get(t, tr, testURL)
+		require.True(t, IsRejected(resp))
+		require.Zero(t, d.calls.Load())
+		tr.Reset(testKey)
+		require.Equal(t, StateClosed, tr.State(testKey))
+		_, _ = get(t, tr, testURL)
+		require.EqualValues(t, 1, d.calls.Load())
+		tr.Trip(testKey, 0)      // no-op
+		tr.Reset("unknown.test") // no-op
+		require.Equal(t, StateClosed, tr.State(testKey))
+		require.Equal(t, []string{testKey + ": closed→open", testKey + ": open→closed"}, log.list())
+	})
+}
