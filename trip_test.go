@@ -37,7 +37,7 @@ func TestTripsOnFailureRateAndRecovers(t *testing.T) {
 	})
 }
 
-func TestMinRequestsAndRate(t *testing.T) {
+func TestTripsAtTheDefaultMinimumAndRate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newDep(200)
 		tr := New(d) // defaults: 20 requests, rate 0.5
@@ -46,16 +46,7 @@ func TestMinRequestsAndRate(t *testing.T) {
 			step{code: 500, sent: true, want: StateOpen},
 		))
 	})
-	synctest.Test(t, func(t *testing.T) {
-		d := newDep(200)
-		tr := New(d, WithMinRequests(10), WithFailureRate(0.6))
-		run(t, tr, d, steps(
-			rep(5, ok200), rep(5, fail500), // 5/10
-			fail500, // 6/11 = 0.545
-			fail500, // 7/12 = 0.583
-			step{code: 500, sent: true, want: StateOpen}, // 8/13 = 0.615
-		))
-	})
+	// A higher minimum and rate: TestBreakerNeedsTheMinimumVolumeAndRate.
 }
 
 func TestFourxxAndIgnoredNeverTrip(t *testing.T) {
@@ -91,7 +82,7 @@ func TestSlowCallIsAFailure(t *testing.T) {
 	})
 }
 
-func TestSustained429(t *testing.T) {
+func TestSustained429BurstNeverTrips(t *testing.T) {
 	throttled := step{code: 429, sent: true, want: StateClosed}
 	synctest.Test(t, func(t *testing.T) {
 		// A burst shorter than the sustain period never trips.
@@ -105,27 +96,8 @@ func TestSustained429(t *testing.T) {
 		s := tr.Snapshot()[0]
 		require.NotZero(t, s.Throttled, "429s are in the window")
 	})
-	synctest.Test(t, func(t *testing.T) {
-		// 429s that make up the failure rate for the whole sustain period
-		// count as failures.
-		d := newDep(200)
-		tr := New(d, WithMinRequests(4), WithThrottleSustain(10*time.Second), WithJitter(0))
-		run(t, tr, d, steps(
-			rep(4, throttled),
-			rep(9, with(throttled, func(s *step) { s.after = time.Second })),
-			step{after: time.Second, code: 429, sent: true, want: StateOpen},
-		))
-	})
-	synctest.Test(t, func(t *testing.T) {
-		// 429s mixed with enough successes never count.
-		d := newDep(200)
-		tr := New(d, WithMinRequests(4), WithThrottleSustain(0))
-		var rows []step
-		for range 30 {
-			rows = append(rows, with(throttled, func(s *step) { s.after = time.Second }), ok200, ok200, ok200)
-		}
-		run(t, tr, d, rows)
-	})
+	// 429s that make up the failure rate for the whole sustain period, and
+	// 429s that are a minority: TestBreakerTripsOnSustained429sOnly.
 }
 
 func TestOpenDurationBackoffAndCap(t *testing.T) {
@@ -367,7 +339,7 @@ func TestResetStartsTheGenerationBeforeClearing(t *testing.T) {
 	require.True(t, moved, "the generation moved while the clear waited")
 }
 
-func TestTripAndResetOverHTTP(t *testing.T) {
+func TestTripOpensForExactlyItsDurationUntilReset(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newDep(200)
 		log := &transitionLog{}
