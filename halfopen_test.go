@@ -223,10 +223,10 @@ func TestLateProbeFailsAtTheBound(t *testing.T) {
 // backoff of the next open period.
 func TestHalfOpenProbeThrottledReopensForRetryAfter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var rec transitionRecorder
+		var rec transitionLog
 		d := newDep(http.StatusInternalServerError)
 		tr := New(d, WithMinRequests(1), WithJitter(0), WithOpenTimeout(time.Second),
-			WithMaxOpenTimeout(time.Minute), WithProbesToClose(1), WithOnTransition(rec.hook))
+			WithMaxOpenTimeout(time.Minute), WithProbesToClose(1), WithOnTransition(rec.record))
 		_, _ = get(t, tr, testURL)
 		require.Equal(t, StateOpen, tr.State(testKey))
 		time.Sleep(time.Second)
@@ -271,10 +271,10 @@ func TestHalfOpenProbeThrottledOpenPeriodBounds(t *testing.T) {
 	} {
 		t.Run("Retry-After "+strconv.Quote(tc.retryAfter), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				var rec transitionRecorder
+				var rec transitionLog
 				d := newDep(http.StatusInternalServerError)
 				tr := New(d, WithMinRequests(1), WithJitter(0), WithOpenTimeout(time.Second),
-					WithMaxOpenTimeout(time.Minute), WithOnTransition(rec.hook))
+					WithMaxOpenTimeout(time.Minute), WithOnTransition(rec.record))
 				_, _ = get(t, tr, testURL)
 				time.Sleep(time.Second)
 				d.set(http.StatusTooManyRequests, nil)

@@ -217,22 +217,41 @@ func getCtx(t testing.TB, ctx context.Context, rt http.RoundTripper, url string)
 // errConnRefused stands for a connection error.
 var errConnRefused = errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
 
-// transitionLog records state changes from WithOnStateChange.
+// transitionLog records the transitions a Transport reports: hook is
+// for onStateChange, record for WithOnTransition.
 type transitionLog struct {
 	mu  sync.Mutex
-	got []string
+	got []Transition
 }
 
 func (l *transitionLog) hook(key string, from, to State) {
+	l.record(Transition{Key: key, From: from, To: to})
+}
+
+func (l *transitionLog) record(tr Transition) {
 	l.mu.Lock()
-	l.got = append(l.got, key+": "+from.String()+"→"+to.String())
+	l.got = append(l.got, tr)
 	l.mu.Unlock()
 }
 
+// list is the transitions as "key: from→to".
 func (l *transitionLog) list() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([]string(nil), l.got...)
+	var out []string
+	for _, tr := range l.got {
+		out = append(out, tr.Key+": "+tr.From.String()+"→"+tr.To.String())
+	}
+	return out
+}
+
+// last returns the latest transition; there must be one.
+func (l *transitionLog) last(t *testing.T) Transition {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	require.NotEmpty(t, l.got, "no transition reported")
+	return l.got[len(l.got)-1]
 }
 
 // requireNoLock holds mu while f runs on another goroutine, and requires
@@ -380,27 +399,6 @@ var (
 
 // century is far enough ahead to tell "at the clock's end" from "soon".
 const century = 100 * 365 * 24 * time.Hour
-
-// transitionRecorder records every transition WithOnTransition reports.
-type transitionRecorder struct {
-	mu  sync.Mutex
-	got []Transition
-}
-
-func (r *transitionRecorder) hook(tr Transition) {
-	r.mu.Lock()
-	r.got = append(r.got, tr)
-	r.mu.Unlock()
-}
-
-// last returns the latest transition; there must be one.
-func (r *transitionRecorder) last(t *testing.T) Transition {
-	t.Helper()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	require.NotEmpty(t, r.got, "no transition reported")
-	return r.got[len(r.got)-1]
-}
 
 // openFor is how long testKey's open breaker stays open from now, as
 // Snapshot shows it.

@@ -294,9 +294,9 @@ func inFlight(t *testing.T, tr *Transport, d *dep) <-chan error {
 // Update.
 func TestUpdateLowerMinRequestsTripsOnOutcomeAdmittedBefore(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var rec transitionRecorder
+		var rec transitionLog
 		d := newDep(http.StatusInternalServerError)
-		tr := New(d, WithMinRequests(10), WithJitter(0), WithOnTransition(rec.hook))
+		tr := New(d, WithMinRequests(10), WithJitter(0), WithOnTransition(rec.record))
 		for range 5 {
 			_, _ = get(t, tr, testURL)
 		}
@@ -343,9 +343,9 @@ func TestUpdateHigherMinRequestsStopsTripOfCallAdmittedBefore(t *testing.T) {
 // outcome trips the breaker was admitted before the Update.
 func TestUpdateOpenTimeoutAppliesToTripByCallAdmittedBefore(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var rec transitionRecorder
+		var rec transitionLog
 		d := newDep(http.StatusInternalServerError)
-		tr := New(d, WithMinRequests(5), WithJitter(0), WithOpenTimeout(time.Second), WithOnTransition(rec.hook))
+		tr := New(d, WithMinRequests(5), WithJitter(0), WithOpenTimeout(time.Second), WithOnTransition(rec.record))
 		for range 4 {
 			_, _ = get(t, tr, testURL)
 		}
