@@ -222,34 +222,37 @@ func TestCallerDeadlinePastAtAdmissionIsIgnored(t *testing.T) {
 // so does a call its (shorter) call timeout ended.
 func TestCallerDeadlineFarFutureCountsFailures(t *testing.T) {
 	far := time.Unix(1<<62, 0)
-	synctest.Test(t, func(t *testing.T) {
-		d := newDep(0)
-		d.set(0, errConnRefused)
-		tr := New(d, WithMinRequests(3))
-		time.Sleep(time.Second)
-		ctx, cancel := context.WithDeadline(context.Background(), far)
-		defer cancel()
-		for i := range 3 {
-			require.Equal(t, StateClosed, tr.State(testKey), "before call %d", i+1)
-			_, err := getCtx(t, ctx, tr, testURL)
-			require.ErrorIs(t, err, errConnRefused)
-		}
-		require.Equal(t, StateOpen, tr.State(testKey), "three failures trip it")
-	})
-	synctest.Test(t, func(t *testing.T) {
-		d := newDep(http.StatusOK)
-		d.hangUntilDone()
-		tr := New(d, WithMinRequests(3), WithCallTimeout(time.Second))
-		time.Sleep(time.Second)
-		ctx, cancel := context.WithDeadline(context.Background(), far)
-		defer cancel()
-		for i := range 3 {
-			require.Equal(t, StateClosed, tr.State(testKey), "before call %d", i+1)
-			_, err := getCtx(t, ctx, tr, testURL)
-			require.ErrorIs(t, err, context.DeadlineExceeded)
-		}
-		require.Equal(t, StateOpen, tr.State(testKey), "three call timeouts trip it")
-	})
+	for _, tc := range []struct {
+		name string
+		opts []Option
+		hang bool  // the dependency hangs until the call's context ends
+		want error // what each call returns
+		why  string
+	}{
+		{"connection error", nil, false, errConnRefused, "three failures trip it"},
+		{"call timeout", []Option{WithCallTimeout(time.Second)}, true, context.DeadlineExceeded, "three call timeouts trip it"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				d := newDep(http.StatusOK)
+				if tc.hang {
+					d.hangUntilDone()
+				} else {
+					d.set(0, tc.want)
+				}
+				tr := New(d, append([]Option{WithMinRequests(3)}, tc.opts...)...)
+				time.Sleep(time.Second)
+				ctx, cancel := context.WithDeadline(context.Background(), far)
+				defer cancel()
+				for i := range 3 {
+					require.Equal(t, StateClosed, tr.State(testKey), "before call %d", i+1)
+					_, err := getCtx(t, ctx, tr, testURL)
+					require.ErrorIs(t, err, tc.want)
+				}
+				require.Equal(t, StateOpen, tr.State(testKey), tc.why)
+			})
+		})
+	}
 }
 
 func TestDeadlineBudgetRule(t *testing.T) {
