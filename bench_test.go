@@ -12,8 +12,6 @@ import (
 	"time"
 )
 
-func (s *stub) RoundTrip(*http.Request) (*http.Response, error) { return s.resp, nil }
-
 func benchRoundTrip(b *testing.B, rt http.RoundTripper, req *http.Request) {
 	b.ReportAllocs()
 	for b.Loop() {

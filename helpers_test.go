@@ -19,10 +19,32 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
+// testURL is the URL most tests send, and testKey its breaker's key.
+const (
+	testURL = "http://api.test/v1/things"
+	testKey = "api.test"
+)
+
+// century is far enough ahead to tell "at the clock's end" from "soon".
+const century = 100 * 365 * 24 * time.Hour
+
+// errConnRefused stands for a connection error.
+var errConnRefused = errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
+
 // rtFunc is an in-memory RoundTripper.
 type rtFunc func(*http.Request) (*http.Response, error)
 
 func (f rtFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// stub is the cheapest possible next: one shared response, no allocation
+// (the benchmarks' next).
+type stub struct{ resp *http.Response }
+
+func newStub() *stub {
+	return &stub{resp: &http.Response{StatusCode: 200, Body: http.NoBody}}
+}
+
+func (s *stub) RoundTrip(*http.Request) (*http.Response, error) { return s.resp, nil }
 
 // trackedBody is a response or request body that records being closed.
 type trackedBody struct {
@@ -214,8 +236,12 @@ func getCtx(t testing.TB, ctx context.Context, rt http.RoundTripper, url string)
 	return resp, err
 }
 
-// errConnRefused stands for a connection error.
-var errConnRefused = errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
+// mustReq is a GET request for u.
+func mustReq(t testing.TB, u string) *http.Request {
+	r, err := http.NewRequest(http.MethodGet, u, nil)
+	require.NoError(t, err)
+	return r
+}
 
 // transitionLog records the transitions a Transport reports: hook is
 // for onStateChange, record for WithOnTransition.
@@ -305,24 +331,6 @@ func keys(tr *Transport) []string {
 	return out
 }
 
-// mustReq is a GET request for u.
-func mustReq(t testing.TB, u string) *http.Request {
-	r, err := http.NewRequest(http.MethodGet, u, nil)
-	require.NoError(t, err)
-	return r
-}
-
-// stub is the cheapest possible next: one shared response, no allocation.
-type stub struct{ resp *http.Response }
-
-func newStub() *stub {
-	return &stub{resp: &http.Response{StatusCode: 200, Body: http.NoBody}}
-}
-
-const testURL = "http://api.test/v1/things"
-
-const testKey = "api.test"
-
 // step is one row of a state-machine table: after waiting (in fake time),
 // a request is sent while the dependency answers code (or err).
 type step struct {
@@ -396,9 +404,6 @@ var (
 	ok200   = step{code: 200, sent: true, want: StateClosed}
 	fail500 = step{code: 500, sent: true, want: StateClosed}
 )
-
-// century is far enough ahead to tell "at the clock's end" from "soon".
-const century = 100 * 365 * 24 * time.Hour
 
 // openFor is how long testKey's open breaker stays open from now, as
 // Snapshot shows it.
