@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
+	"github.com/hashicorp/go-cleanhttp"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -433,4 +437,184 @@ func requireAnswers(t *testing.T, tr *Transport, code int) {
 	require.NoError(t, err)
 	require.False(t, IsRejected(resp), "answered by the dependency")
 	require.Equal(t, code, resp.StatusCode)
+}
+
+// memStore is an in-memory Store: a fleet in one process. It delivers a
+// member's hints synchronously to every other member.
+type memStore struct {
+	mu        sync.Mutex
+	members   []*memMember
+	published []Hint
+	latest    map[string]Hint
+	lease     Lease // the answer to every ProbeLease
+	leaseAsks int
+	errors    uint64
+}
+
+type memMember struct {
+	s *memStore
+	f func(Hint)
+}
+
+func newMemStore() *memStore { return &memStore{latest: map[string]Hint{}, lease: LeaseUnavailable} }
+
+func (s *memStore) Join(f func(Hint)) Member {
+	m := &memMember{s: s, f: f}
+	s.mu.Lock()
+	s.members = append(s.members, m)
+	s.mu.Unlock()
+	return m
+}
+
+func (m *memMember) Publish(h Hint) {
+	s := m.s
+	s.mu.Lock()
+	s.published = append(s.published, h)
+	s.latest[h.Key] = h
+	members := append([]*memMember{}, s.members...)
+	s.mu.Unlock()
+	for _, o := range members {
+		if o != m {
+			o.f(h)
+		}
+	}
+}
+
+func (s *memStore) Lookup(key string) (Hint, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h, ok := s.latest[key]
+	return h, ok
+}
+
+func (m *memMember) ProbeLease(string, time.Duration) Lease {
+	s := m.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.leaseAsks++
+	return s.lease
+}
+
+func (s *memStore) Errors() uint64 { return s.errors }
+
+func (s *memStore) hints() []Hint {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Hint(nil), s.published...)
+}
+
+// publish sends h as if from another instance.
+func (s *memStore) publish(h Hint) { (&memMember{s: s}).Publish(h) }
+
+// gaugeValue returns the value of the one series of name whose labels
+// contain match.
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name, match string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	var found []float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var parts []string
+			for _, lp := range m.GetLabel() {
+				parts = append(parts, lp.GetName()+`="`+lp.GetValue()+`"`)
+			}
+			if !strings.Contains(strings.Join(parts, ","), match) {
+				continue
+			}
+			switch {
+			case m.GetGauge() != nil:
+				found = append(found, m.GetGauge().GetValue())
+			case m.GetCounter() != nil:
+				found = append(found, m.GetCounter().GetValue())
+			}
+		}
+	}
+	require.Len(t, found, 1, "%s{%s}", name, match)
+	return found[0]
+}
+
+// panicMessage returns what f panics with, as a string.
+func panicMessage(t *testing.T, f func()) (msg string) {
+	t.Helper()
+	defer func() {
+		r := recover()
+		require.NotNil(t, r, "no panic")
+		msg, _ = r.(string)
+		require.NotEmpty(t, msg, "panic value %v is not a message", r)
+	}()
+	f()
+	return ""
+}
+
+// rawGet sends a GET for path to addr on a connection of its own and
+// returns every byte of the response: status line, headers and body.
+func rawGet(t *testing.T, addr, path string) []byte {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+	_, err = io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: shop.example\r\nUser-Agent: public\r\nConnection: close\r\n\r\n")
+	require.NoError(t, err)
+	b, err := io.ReadAll(c)
+	require.NoError(t, err)
+	return b
+}
+
+// closedPort returns the address of a port nothing listens on.
+func closedPort(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
+
+func integrationTransport(t *testing.T, opts ...Option) *Transport {
+	next := cleanhttp.DefaultPooledTransport()
+	t.Cleanup(next.CloseIdleConnections)
+	return New(next, append([]Option{WithMinRequests(3), WithJitter(0)}, opts...)...)
+}
+
+// faultNoLeaks makes t check, after every cleanup registered later has
+// run, that no goroutine started during the test is still alive. Call it
+// first in the test.
+func faultNoLeaks(t *testing.T) {
+	t.Helper()
+	opt := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
+}
+
+// requireKey checks what every key must be: at most maxKeyLen bytes and
+// valid UTF-8 (keys are Prometheus label values, and the client library
+// refuses invalid ones, panicking in a scrape).
+func requireKey(t *testing.T, what, k string) {
+	t.Helper()
+	require.LessOrEqual(t, len(k), maxKeyLen, "%s: key of %d bytes", what, len(k))
+	require.True(t, utf8.ValidString(k), "%s: key %q is not valid UTF-8", what, k)
+}
+
+// requireTurnedOff checks that tr's breaker for key off has
+// reject-as-error, body errors and a call timeout of 1s turned off, which
+// key on has on, and that a refusal for off is the synthetic 503 (not an
+// error, not a fallback's answer).
+func requireTurnedOff(t *testing.T, tr *Transport, off, on string) {
+	t.Helper()
+	ps := tr.policies.Load()
+	p, q := ps.of(off), ps.of(on)
+	require.False(t, p.rejectAsError)
+	require.False(t, p.bodyErrors)
+	require.Zero(t, p.callTimeout)
+	require.True(t, q.rejectAsError)
+	require.True(t, q.bodyErrors)
+	require.Equal(t, time.Second, q.callTimeout)
+
+	tr.Trip(off, time.Hour)
+	resp, err := get(t, tr, "http://"+off+"/")
+	require.NoError(t, err, "not an error: the synthetic 503")
+	require.True(t, IsRejected(resp), "not a fallback's answer")
 }

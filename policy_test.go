@@ -208,19 +208,6 @@ func TestPolicyBadSelectorsAndOptionsPanic(t *testing.T) {
 	}
 }
 
-// panicMessage returns what f panics with, as a string.
-func panicMessage(t *testing.T, f func()) (msg string) {
-	t.Helper()
-	defer func() {
-		r := recover()
-		require.NotNil(t, r, "no panic")
-		msg, _ = r.(string)
-		require.NotEmpty(t, msg, "panic value %v is not a message", r)
-	}()
-	f()
-	return ""
-}
-
 // TestPolicyKeysTripApart: two hosts in one Transport; one trips at its
 // own MinRequests while the other, on the defaults, does not.
 func TestPolicyKeysTripApart(t *testing.T) {
