@@ -314,16 +314,14 @@ func TestAdversarialNonASCIIHostDoesNotBreakTheScrape(t *testing.T) {
 //     completely, key breakers by tenant with a KeyFunc over a bounded set
 //     of tenants; the same test shows that this works.
 
-// advTenantDep answers each request with the status in its X-Status
-// header and counts requests per tenant (X-Tenant).
-type advTenantDep struct {
-	calls map[string]int
-}
-
-func (d *advTenantDep) RoundTrip(r *http.Request) (*http.Response, error) {
-	d.calls[r.Header.Get("X-Tenant")]++
-	code, _ := strconv.Atoi(r.Header.Get("X-Status"))
-	return &http.Response{StatusCode: code, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+// tenantNext is a next that answers each request with the status in its
+// X-Status header and counts requests per tenant (X-Tenant) in calls.
+func tenantNext(calls map[string]int) rtFunc {
+	return func(r *http.Request) (*http.Response, error) {
+		calls[r.Header.Get("X-Tenant")]++
+		code, _ := strconv.Atoi(r.Header.Get("X-Status"))
+		return &http.Response{StatusCode: code, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+	}
 }
 
 // advTraffic is one tick's requests: how many each tenant sends, and
@@ -371,7 +369,8 @@ func advDrive(t *testing.T, tr *Transport, seconds int, plan func(sec int) advTr
 
 func TestAdversarialTenant429Minority(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d := &advTenantDep{calls: map[string]int{}}
+		calls := map[string]int{}
+		d := tenantNext(calls)
 		tr := New(d) // defaults: 20 requests, rate 0.5, sustain 10s
 		// Tenant a is throttled on every request, for two minutes, and
 		// sends 40% of the host's traffic.
@@ -382,13 +381,14 @@ func TestAdversarialTenant429Minority(t *testing.T) {
 		s := tr.Snapshot()[0]
 		require.Equal(t, StateClosed, s.State)
 		require.Positive(t, s.Throttled, "the 429s are in the window")
-		require.Equal(t, 360, d.calls["b"])
+		require.Equal(t, 360, calls["b"])
 	})
 }
 
 func TestAdversarialTenant429Burst(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d := &advTenantDep{calls: map[string]int{}}
+		calls := map[string]int{}
+		d := tenantNext(calls)
 		tr := New(d)
 		// Tenant a bursts at ten times b's rate, every request throttled,
 		// for 9s (ThrottleSustain is 10s); then a quiet spell long enough
@@ -409,7 +409,8 @@ func TestAdversarialTenant429SustainedMajorityIsTheLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// Keyed by host: a's sustained 429s open the host's breaker, and b
 		// is refused with everyone else. This is the documented limit.
-		d := &advTenantDep{calls: map[string]int{}}
+		calls := map[string]int{}
+		d := tenantNext(calls)
 		tr := New(d, WithJitter(0))
 		rejected := advDrive(t, tr, 15, plan)
 		require.Equal(t, StateOpen, tr.State("api.test"))
@@ -418,7 +419,8 @@ func TestAdversarialTenant429SustainedMajorityIsTheLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// Keyed by tenant (a bounded set; unknown tenants share the host
 		// key): only a's breaker opens.
-		d := &advTenantDep{calls: map[string]int{}}
+		calls := map[string]int{}
+		d := tenantNext(calls)
 		tenants := map[string]bool{"a": true, "b": true}
 		tr := New(d, WithJitter(0), WithKeyFunc(func(r *http.Request) string {
 			if tn := r.Header.Get("X-Tenant"); tenants[tn] {
@@ -430,7 +432,7 @@ func TestAdversarialTenant429SustainedMajorityIsTheLimit(t *testing.T) {
 		require.Equal(t, StateOpen, tr.State("api.test tenant=a"))
 		require.Equal(t, StateClosed, tr.State("api.test tenant=b"))
 		require.Zero(t, rejected["b"])
-		require.Equal(t, 30, d.calls["b"])
+		require.Equal(t, 30, calls["b"])
 	})
 }
 
@@ -447,14 +449,16 @@ func TestAdversarialEnded429BurstDoesNotCountWithLaterFailures(t *testing.T) {
 	bFailing := advTraffic{{"b", 6, 200}, {"b", 4, 500}} // 40% failures
 	synctest.Test(t, func(t *testing.T) {
 		// Control: b's failures alone never trip.
-		d := &advTenantDep{calls: map[string]int{}}
+		calls := map[string]int{}
+		d := tenantNext(calls)
 		tr := New(d, WithJitter(0))
 		rejected := advDrive(t, tr, 30, func(int) advTraffic { return bFailing })
 		require.Empty(t, rejected)
 		require.Equal(t, StateClosed, tr.State("api.test"))
 	})
 	synctest.Test(t, func(t *testing.T) {
-		d := &advTenantDep{calls: map[string]int{}}
+		calls := map[string]int{}
+		d := tenantNext(calls)
 		log := &transitionLog{}
 		tr := New(d, WithJitter(0), onStateChange(log.hook))
 		rejected := advDrive(t, tr, 30, func(sec int) advTraffic {

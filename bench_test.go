@@ -12,15 +12,6 @@ import (
 	"time"
 )
 
-// stub is the cheapest possible next: one shared response, no allocation.
-type stub struct{ resp *http.Response }
-
-func newStub() *stub {
-	return &stub{resp: &http.Response{StatusCode: 200, Body: http.NoBody}}
-}
-
-func (s *stub) RoundTrip(*http.Request) (*http.Response, error) { return s.resp, nil }
-
 func benchRoundTrip(b *testing.B, rt http.RoundTripper, req *http.Request) {
 	b.ReportAllocs()
 	for b.Loop() {

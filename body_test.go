@@ -351,7 +351,7 @@ func (errBody) Close() error             { return nil }
 
 // TestBodyClassifierPanicFreesTheProbe: under WithBodyErrors, a
 // classifier that panics while judging a probe's body gives the probe
-// slot back, and the probe counts for nothing (issue 17.5).
+// slot back, and the probe counts for nothing.
 func TestBodyClassifierPanicFreesTheProbe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fail := true

@@ -1,649 +1,402 @@
 package httpbreaker
 
 import (
-	"context"
+	"fmt"
+	"go/parser"
+	"go/token"
 	"math"
-	"net/http"
-	"runtime"
-	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
 )
 
-const testURL = "http://api.test/v1/things"
-const testKey = "api.test"
+// The state machine on its own, with no Transport and no HTTP: rows of
+// (clock time, event, expected state and counts), in the style of
+// golang.org/x/time/rate's tests. Clock times are durations since the
+// breaker was made.
 
-// step is one row of a state-machine table: after waiting (in fake time),
-// a request is sent while the dependency answers code (or err).
-type step struct {
-	after time.Duration // wait this long before the request
-	code  int           // the dependency's status, when err is nil
-	err   error         // the dependency's error
-	sent  bool          // the request must reach the dependency
-	want  State         // the breaker's state after the request
+// mrow is one row of a state-machine table.
+type mrow struct {
+	at time.Duration // clock time of the event; rows are in time order
+	do string        // call, admit, end, trip, reset, hint-open, hint-close, look
+	id string        // admit, end: which call
+	o  Outcome       // call, end: the outcome
+	d  time.Duration // call, end: the response's Retry-After; trip, hint-open: the duration
+
+	refused rejectReason // call, admit: why it is refused (admitted: not refused)
+
+	want    State         // the state shown after the event
+	since   time.Duration // when the shown state began; checked when sinceOK
+	sinceOK bool
+	retryIn time.Duration // open: retryAt - at; checked when not zero
+	window  string        // "requests/failures/throttled" in the window after the event; "" unchecked
 }
 
-// rep repeats a step n times.
-func rep(n int, s step) []step {
-	out := make([]step, n)
-	for i := range out {
-		out[i] = s
+// mset returns the settings most tables use: no jitter, so open periods
+// are exact.
+func mset(f func(*settings)) settings {
+	s := defaultSettings()
+	s.minRequests, s.jitter = 4, 0
+	s.openTimeout, s.maxOpenTimeout = time.Second, 8*time.Second
+	s.probesToClose = 2
+	if f != nil {
+		f(&s)
 	}
-	return out
+	return s
 }
 
-// steps concatenates rows and groups of rows.
-func steps(parts ...any) []step {
-	var out []step
-	for _, p := range parts {
-		switch v := p.(type) {
-		case step:
-			out = append(out, v)
-		case []step:
-			out = append(out, v...)
-		}
-	}
-	return out
-}
-
-// run sends one request per step through tr to d and checks that it
-// reached d or not and the state afterwards. Call it inside a synctest
-// bubble.
-func run(t *testing.T, tr *Transport, d *dep, rows []step) {
+// runMachine plays rows against a new breaker with settings s and fleet
+// f, and returns it with every transition it reported, as "from→to@at".
+func runMachine(t *testing.T, s settings, f fleet, rows []mrow) (*breaker, []string) {
 	t.Helper()
-	for i, s := range rows {
-		time.Sleep(s.after)
-		d.set(s.code, s.err)
-		before := d.calls.Load()
-		resp, err := get(t, tr, testURL)
-		sent := d.calls.Load() > before
-		require.Equal(t, s.sent, sent, "step %d: reached the dependency", i)
-		require.Equal(t, s.want, tr.State(testKey), "step %d: state", i)
-		if !s.sent {
-			require.NoError(t, err, "step %d", i)
-			require.True(t, IsRejected(resp), "step %d: rejected with the synthetic 503", i)
+	b := newBreaker("k", &s, 0, f)
+	calls := map[string]ticket{}
+	var log []string
+	note := func(tr *transition) {
+		for ; tr != nil; tr = tr.next {
+			log = append(log, fmt.Sprintf("%v→%v@%v", tr.From, tr.To, tr.At.Sub(b.epoch)))
 		}
 	}
+	for i, r := range rows {
+		now := int64(r.at)
+		switch r.do {
+		case "call", "admit":
+			tk, reason, tr := b.admit(now, &s)
+			note(tr)
+			require.Equal(t, r.refused, reason, "row %d: admission", i)
+			if reason == admitted {
+				if r.do == "admit" {
+					calls[r.id] = tk
+				} else {
+					note(b.count(tk, r.o, now, r.d))
+				}
+			}
+		case "end":
+			tk, ok := calls[r.id]
+			require.True(t, ok, "row %d: no call %q", i, r.id)
+			note(b.count(tk, r.o, now, r.d))
+		case "trip":
+			note(b.trip(now, r.d, false))
+		case "reset":
+			note(b.reset(now, false))
+		case "hint-open":
+			note(b.hintOpen(now, r.d, 0))
+		case "hint-close":
+			note(b.hintClose(now))
+		case "look":
+		default:
+			t.Fatalf("row %d: unknown event %q", i, r.do)
+		}
+		st, tr := b.stats(now, true)
+		note(tr)
+		require.Equal(t, r.want, st.state, "row %d (%s at %v): state", i, r.do, r.at)
+		if r.sinceOK {
+			require.Equal(t, r.since, time.Duration(st.since), "row %d: since", i)
+		}
+		if r.retryIn != 0 {
+			require.Equal(t, StateOpen, st.state, "row %d", i)
+			require.Equal(t, r.retryIn, time.Duration(st.retryAt-now), "row %d: open for", i)
+		}
+		if r.window != "" {
+			got := fmt.Sprintf("%d/%d/%d", st.window.requests(), st.window[OutcomeFailure], st.window[OutcomeThrottled])
+			require.Equal(t, r.window, got, "row %d: window", i)
+		}
+	}
+	return b, log
 }
 
-var (
-	ok200   = step{code: 200, sent: true, want: StateClosed}
-	fail500 = step{code: 500, sent: true, want: StateClosed}
+// Row makers, to keep tables readable.
+func call(at time.Duration, o Outcome, want State) mrow {
+	return mrow{at: at, do: "call", o: o, want: want}
+}
+func refused(at time.Duration, why rejectReason, want State) mrow {
+	return mrow{at: at, do: "call", refused: why, want: want}
+}
+func look(at time.Duration, want State) mrow { return mrow{at: at, do: "look", want: want} }
+
+// with returns r changed by f.
+func (r mrow) with(f func(*mrow)) mrow { f(&r); return r }
+func (r mrow) counts(w string) mrow    { r.window = w; return r }
+func (r mrow) openFor(d time.Duration) mrow {
+	r.retryIn = d
+	return r
+}
+func (r mrow) sinceAt(d time.Duration) mrow {
+	r.since, r.sinceOK = d, true
+	return r
+}
+
+const (
+	ok   = OutcomeSuccess
+	bad  = OutcomeFailure
+	slow = OutcomeThrottled // a 429
+	ign  = OutcomeIgnored
+	ms   = time.Millisecond
+	sec  = time.Second
 )
 
-func with(s step, f func(*step)) step { f(&s); return s }
-
-func TestTripsOnFailureRateAndRecovers(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		d := newDep(200)
-		tr := New(d, WithMinRequests(4), WithFailureRate(0.5), WithJitter(0), WithOpenTimeout(5*time.Second))
-		run(t, tr, d, steps(
-			ok200, ok200,
-			fail500, // 1 of 3: below the minimum volume
-			step{code: 500, sent: true, want: StateOpen}, // 2 of 4 = 0.5
-			step{code: 200, sent: false, want: StateOpen},
-			step{after: 4 * time.Second, code: 200, sent: false, want: StateOpen},
-			// The open period ends: three probes in a row close it.
-			step{after: time.Second, code: 200, sent: true, want: StateHalfOpen},
-			step{code: 200, sent: true, want: StateHalfOpen},
-			step{code: 200, sent: true, want: StateClosed},
-			// Counts were cleared on closing: one failure does not trip.
-			fail500,
-		))
+func TestBreakerTripsAtTheFailureRate(t *testing.T) {
+	_, log := runMachine(t, mset(nil), nil, []mrow{
+		call(0, ok, StateClosed).counts("1/0/0"),
+		call(10*ms, bad, StateClosed).counts("2/1/0"),
+		call(20*ms, ign, StateClosed).counts("2/1/0"), // ignored: not a request
+		call(30*ms, bad, StateClosed).counts("3/2/0"), // 2 of 3, but below the minimum volume
+		call(40*ms, ok, StateClosed).counts("4/2/0"),  // 2 of 4 = the rate, on a success: not checked
+		call(50*ms, bad, StateOpen).counts("5/3/0").openFor(sec).sinceAt(50 * ms),
+		refused(60*ms, rejectOpen, StateOpen),
+		refused(1049*ms, rejectOpen, StateOpen),
 	})
+	require.Equal(t, []string{"closed→open@50ms"}, log)
 }
 
-func TestMinRequestsAndRate(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		d := newDep(200)
-		tr := New(d) // defaults: 20 requests, rate 0.5
-		run(t, tr, d, steps(
-			rep(19, fail500), // 19 failures: still below 20 requests
-			step{code: 500, sent: true, want: StateOpen},
-		))
-	})
-	synctest.Test(t, func(t *testing.T) {
-		d := newDep(200)
-		tr := New(d, WithMinRequests(10), WithFailureRate(0.6))
-		run(t, tr, d, steps(
-			rep(5, ok200), rep(5, fail500), // 5/10
-			fail500, // 6/11 = 0.545
-			fail500, // 7/12 = 0.583
-			step{code: 500, sent: true, want: StateOpen}, // 8/13 = 0.615
-		))
-	})
+func TestBreakerNeedsTheMinimumVolumeAndRate(t *testing.T) {
+	s := mset(func(s *settings) { s.minRequests, s.failureRate = 10, 0.6 })
+	var rows []mrow
+	for i := range 5 {
+		rows = append(rows, call(time.Duration(i)*ms, ok, StateClosed))
+	}
+	for i := range 7 {
+		rows = append(rows, call(time.Duration(10+i)*ms, bad, StateClosed)) // up to 7/12 = 0.583
+	}
+	rows = append(rows, call(20*ms, bad, StateOpen).counts("13/8/0")) // 8/13 = 0.615
+	runMachine(t, s, nil, rows)
 }
 
-func TestOldFailuresLeaveTheWindow(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		d := newDep(200)
-		tr := New(d, WithMinRequests(4), WithWindow(10*time.Second))
-		run(t, tr, d, steps(
-			rep(3, fail500),
-			// 10s later the three failures have left the window.
-			with(fail500, func(s *step) { s.after = 10 * time.Second }),
-			rep(2, fail500),
-			// Now 4 in the window, all failures.
-			step{code: 500, sent: true, want: StateOpen},
-		))
-		s := tr.Snapshot()
-		require.Len(t, s, 1)
-		require.EqualValues(t, 4, s[0].Requests)
-		require.EqualValues(t, 4, s[0].Failures)
-	})
-}
-
-func TestFourxxAndIgnoredNeverTrip(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		d := newDep(200)
-		tr := New(d, WithMinRequests(2))
-		rows := []step{}
-		for _, code := range []int{400, 401, 403, 404, 409, 422, 501, 505} {
-			rows = append(rows, rep(3, step{code: code, sent: true, want: StateClosed})...)
+func TestBreakerTripsOnSustained429sOnly(t *testing.T) {
+	s := mset(func(s *settings) { s.throttleSustain = 10 * sec })
+	t.Run("a burst shorter than the sustain period", func(t *testing.T) {
+		var rows []mrow
+		for i := range 10 {
+			rows = append(rows, call(time.Duration(i)*sec, slow, StateClosed))
 		}
-		run(t, tr, d, rows)
-		s := tr.Snapshot()
-		require.EqualValues(t, 18, s[0].Requests, "501 and 505 are ignored, 4xx are successes")
-		require.Zero(t, s[0].Failures)
+		rows = append(rows, call(9500*ms, bad, StateClosed).counts("11/1/10"))
+		runMachine(t, s, nil, rows)
 	})
-}
-
-func TestSlowCallIsAFailure(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		d := newDep(200)
-		d.delay = 200 * time.Millisecond
-		tr := New(d, WithMinRequests(3), WithSlowCallThreshold(100*time.Millisecond))
-		run(t, tr, d, steps(
-			ok200, ok200,
-			step{code: 200, sent: true, want: StateOpen},
-		))
-	})
-	synctest.Test(t, func(t *testing.T) {
-		d := newDep(200)
-		d.delay = 50 * time.Millisecond
-		tr := New(d, WithMinRequests(3), WithSlowCallThreshold(100*time.Millisecond))
-		run(t, tr, d, rep(10, ok200))
-	})
-}
-
-func TestSustained429(t *testing.T) {
-	throttled := step{code: 429, sent: true, want: StateClosed}
-	synctest.Test(t, func(t *testing.T) {
-		// A burst shorter than the sustain period never trips.
-		d := newDep(200)
-		tr := New(d, WithMinRequests(4), WithThrottleSustain(10*time.Second))
-		run(t, tr, d, steps(
-			rep(10, throttled),
-			rep(9, with(throttled, func(s *step) { s.after = time.Second })), // 9s of 429s
-			rep(20, with(ok200, func(s *step) { s.after = 100 * time.Millisecond })),
-		))
-		s := tr.Snapshot()[0]
-		require.NotZero(t, s.Throttled, "429s are in the window")
-	})
-	synctest.Test(t, func(t *testing.T) {
-		// 429s that make up the failure rate for the whole sustain period
-		// count as failures.
-		d := newDep(200)
-		tr := New(d, WithMinRequests(4), WithThrottleSustain(10*time.Second), WithJitter(0))
-		run(t, tr, d, steps(
-			rep(4, throttled),
-			rep(9, with(throttled, func(s *step) { s.after = time.Second })),
-			step{after: time.Second, code: 429, sent: true, want: StateOpen},
-		))
-	})
-	synctest.Test(t, func(t *testing.T) {
-		// 429s mixed with enough successes never count.
-		d := newDep(200)
-		tr := New(d, WithMinRequests(4), WithThrottleSustain(0))
-		var rows []step
-		for range 30 {
-			rows = append(rows, with(throttled, func(s *step) { s.after = time.Second }), ok200, ok200, ok200)
+	t.Run("429s making up the rate for the whole period", func(t *testing.T) {
+		var rows []mrow
+		for range 4 {
+			rows = append(rows, call(0, slow, StateClosed)) // the minimum volume: the streak starts
 		}
-		run(t, tr, d, rows)
+		for i := range 9 {
+			rows = append(rows, call(time.Duration(i+1)*sec, slow, StateClosed))
+		}
+		rows = append(rows, call(10*sec, slow, StateOpen).counts("10/0/10"))
+		runMachine(t, s, nil, rows)
+	})
+	t.Run("429s in batches", func(t *testing.T) {
+		// Ten every 2s, every one a 429: the window stays full of them,
+		// and the gaps between batches do not break the streak.
+		s := mset(func(s *settings) { s.minRequests, s.throttleSustain = 20, 10*sec })
+		var rows []mrow
+		for batch := range 6 {
+			for range 10 {
+				rows = append(rows, call(time.Duration(2*batch)*sec, slow, StateClosed))
+			}
+		}
+		rows = append(rows, call(12*sec, slow, StateOpen)) // MinRequests reached at 2s: 10s sustained
+		runMachine(t, s, nil, rows)
+	})
+	t.Run("429s that are a minority", func(t *testing.T) {
+		var rows []mrow
+		for i := range 30 {
+			at := time.Duration(i) * sec
+			rows = append(rows, call(at, slow, StateClosed), call(at, ok, StateClosed), call(at, ok, StateClosed), call(at, ok, StateClosed))
+		}
+		runMachine(t, mset(func(s *settings) { s.throttleSustain = 0 }), nil, rows)
 	})
 }
 
-func TestOpenDurationBackoffAndCap(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		d := newDep(500)
-		tr := New(d, WithMinRequests(1), WithJitter(0), WithOpenTimeout(time.Second),
-			WithMaxOpenTimeout(5*time.Second), WithProbesToClose(1))
-		openFor := func() time.Duration {
-			s := tr.Snapshot()[0]
-			require.Equal(t, StateOpen, s.State)
-			return time.Until(s.RetryAt)
-		}
-		_, _ = get(t, tr, testURL)
-		require.Equal(t, time.Second, openFor())
-		// Each failed probe cycle doubles it, up to the cap.
-		for _, want := range []time.Duration{2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second} {
-			time.Sleep(openFor())
-			before := d.calls.Load()
-			_, _ = get(t, tr, testURL) // the probe fails
-			require.Equal(t, before+1, d.calls.Load())
-			require.Equal(t, want, openFor())
-		}
-		// A successful probe closes and resets the backoff.
-		time.Sleep(openFor())
-		d.set(200, nil)
-		_, _ = get(t, tr, testURL)
-		require.Equal(t, StateClosed, tr.State(testKey))
-		d.set(500, nil)
-		_, _ = get(t, tr, testURL)
-		require.Equal(t, time.Second, openFor())
+func TestBreakerOpenPeriodBacksOffToTheCap(t *testing.T) {
+	s := mset(func(s *settings) { s.minRequests, s.probesToClose = 1, 1 })
+	_, log := runMachine(t, s, nil, []mrow{
+		call(0, bad, StateOpen).openFor(1 * sec),
+		call(1*sec, bad, StateOpen).openFor(2 * sec), // each failed probe cycle doubles it
+		call(3*sec, bad, StateOpen).openFor(4 * sec),
+		call(7*sec, bad, StateOpen).openFor(8 * sec), // the cap
+		call(15*sec, bad, StateOpen).openFor(8 * sec),
+		call(23*sec, ok, StateClosed),
+		call(24*sec, bad, StateOpen).openFor(1 * sec), // closing reset the backoff
 	})
+	require.Len(t, log, 12, "five failed probe cycles, a close, a trip: %v", log)
 }
 
-func TestOpenDurationHonoursRetryAfter(t *testing.T) {
+func TestBreakerOpenPeriodFollowsRetryAfter(t *testing.T) {
+	s := mset(func(s *settings) { s.minRequests = 2 })
 	for _, tc := range []struct {
-		header string
+		name   string
+		header time.Duration
 		want   time.Duration
 	}{
-		{"30", 30 * time.Second},  // raised to upstream's Retry-After
-		{"1", 5 * time.Second},    // never lowered below the base
-		{"600", 60 * time.Second}, // capped at MaxOpenTimeout
-		{"-5", 5 * time.Second},   // garbage is ignored
-		{"soon", 5 * time.Second}, // garbage is ignored
-		{"99999999999999999999", 60 * time.Second},
-	} {
-		t.Run(tc.header, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				d := newDep(503)
-				d.setHeader(http.Header{"Retry-After": {tc.header}})
-				tr := New(d, WithMinRequests(2), WithJitter(0))
-				_, _ = get(t, tr, testURL)
-				_, _ = get(t, tr, testURL)
-				s := tr.Snapshot()[0]
-				require.Equal(t, StateOpen, s.State)
-				require.Equal(t, tc.want, time.Until(s.RetryAt))
-			})
-		})
-	}
-}
-
-// TestOpenDurationForgetsAnOldRetryAfter: a Retry-After is honoured only
-// from responses in the window that trips. One from a burst of 429s an
-// hour earlier, which never tripped, does not stretch a trip on plain
-// 500s; one in the window does.
-func TestOpenDurationForgetsAnOldRetryAfter(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		pause time.Duration
-		want  time.Duration
-	}{
-		{"an hour before", time.Hour, 5 * time.Second},
-		{"in the window", time.Second, time.Minute},
+		{"raises the base", 5 * sec, 5 * sec},
+		{"never lowers it", 100 * ms, 1 * sec},
+		{"is capped", time.Hour, 8 * sec},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				d := newDep(http.StatusTooManyRequests)
-				d.setHeader(http.Header{"Retry-After": {"60"}})
-				tr := New(d, WithMinRequests(5), WithJitter(0))
-				for range 5 {
-					_, _ = get(t, tr, testURL) // a burst: 429s never trip at once
-				}
-				require.Equal(t, StateClosed, tr.State(testKey))
-				d.setHeader(nil)
-				time.Sleep(tc.pause)
-				d.set(http.StatusInternalServerError, nil)
-				for range 10 {
-					_, _ = get(t, tr, testURL)
-				}
-				s := tr.Snapshot()[0]
-				require.Equal(t, StateOpen, s.State)
-				require.Equal(t, tc.want, time.Until(s.RetryAt))
+			runMachine(t, s, nil, []mrow{
+				call(0, bad, StateClosed).with(func(r *mrow) { r.d = tc.header }),
+				call(ms, bad, StateOpen).openFor(tc.want),
 			})
 		})
 	}
-}
-
-// TestTripForever: Trip with the longest duration there is, the usual way
-// to say "until I Reset it", must not overflow into a time in the past.
-func TestTripForever(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		d := newDep(200)
-		tr := New(d)
-		time.Sleep(time.Second) // the Transport's clock is past zero
-		tr.Trip(testKey, time.Duration(math.MaxInt64))
-		require.Equal(t, StateOpen, tr.State(testKey))
-		resp, err := get(t, tr, testURL)
-		require.NoError(t, err)
-		require.True(t, IsRejected(resp))
-		require.Zero(t, d.calls.Load())
-		require.Equal(t, "3600", resp.Header.Get("Retry-After"), "capped, not overflowed")
-		time.Sleep(100 * 365 * 24 * time.Hour)
-		require.Equal(t, StateOpen, tr.State(testKey), "a century later")
-		resp, err = get(t, tr, testURL)
-		require.NoError(t, err)
-		require.Equal(t, "3600", resp.Header.Get("Retry-After"))
-	})
-}
-
-// TestResetStartsTheGenerationBeforeClearing: Reset must start a new
-// generation before it clears the window, or a call admitted before it,
-// which passed its generation check while the clear ran, adds its
-// outcome to the cleared window. The test holds the window's lock, which
-// the clear needs, and watches the generation move while Reset waits.
-func TestResetStartsTheGenerationBeforeClearing(t *testing.T) {
-	tr := New(newDep(200))
-	_, _ = get(t, tr, testURL)
-	b := &tr.breakers.get(testKey).b
-	gen := genOf(b.word.Load())
-	b.window().mu.Lock()
-	done := make(chan struct{})
-	go func() { defer close(done); tr.Reset(testKey) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for genOf(b.word.Load()) == gen && time.Now().Before(deadline) {
-		runtime.Gosched()
-	}
-	moved := genOf(b.word.Load()) != gen
-	b.window().mu.Unlock()
-	<-done
-	require.True(t, moved, "the generation moved while the clear waited")
-}
-
-func TestJitterSpreadsOpenPeriods(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		d := newDep(500)
-		tr := New(d, WithMinRequests(1), WithOpenTimeout(10*time.Second), WithJitter(0.2))
-		seen := map[time.Duration]bool{}
-		for i := range 50 {
-			_, _ = get(t, tr, "http://h"+itoaTest(i)+".test/")
-		}
-		for _, s := range tr.Snapshot() {
-			d := time.Until(s.RetryAt)
-			require.GreaterOrEqual(t, d, 10*time.Second)
-			require.LessOrEqual(t, d, 12*time.Second)
-			seen[d] = true
-		}
-		require.Greater(t, len(seen), 10, "open periods are spread out")
-	})
-}
-
-func TestJitterAppliesAfterTheCap(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		d := newDep(503)
-		d.setHeader(http.Header{"Retry-After": {"3600"}})
-		tr := New(d, WithMinRequests(1), WithMaxOpenTimeout(60*time.Second), WithJitter(0.5))
-		var longest time.Duration
-		for i := range 40 {
-			_, _ = get(t, tr, "http://h"+itoaTest(i)+".test/")
-		}
-		for _, s := range tr.Snapshot() {
-			dd := time.Until(s.RetryAt)
-			require.GreaterOrEqual(t, dd, 60*time.Second)
-			require.LessOrEqual(t, dd, 90*time.Second)
-			longest = max(longest, dd)
-		}
-		require.Greater(t, longest, 60*time.Second, "breakers held at the cap still spread out")
-	})
-}
-
-// tripped returns a Transport over d whose breaker for testKey has just
-// opened for exactly 1s.
-func tripped(t *testing.T, d *dep, opts ...Option) *Transport {
-	tr := New(d, append([]Option{WithMinRequests(1), WithJitter(0), WithOpenTimeout(time.Second)}, opts...)...)
-	d.set(500, nil)
-	_, _ = get(t, tr, testURL)
-	require.Equal(t, StateOpen, tr.State(testKey))
-	return tr
-}
-
-func TestHalfOpenBoundsProbes(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		d := newDep(500)
-		tr := tripped(t, d, WithHalfOpenProbes(2))
-		time.Sleep(time.Second)
-		d.set(200, nil)
-		d.block()
-		before := d.calls.Load()
-		var wg sync.WaitGroup
-		results := make(chan bool, 10)
-		for range 10 {
-			wg.Go(func() {
-				resp, err := get(t, tr, testURL)
-				results <- err == nil && IsRejected(resp)
-			})
-		}
-		synctest.Wait()
-		require.EqualValues(t, 2, d.calls.Load()-before, "only two probes reach the dependency")
-		d.release()
-		wg.Wait()
-		close(results)
-		rejected := 0
-		for r := range results {
-			if r {
-				rejected++
-			}
-		}
-		require.Equal(t, 8, rejected)
-		require.Equal(t, StateHalfOpen, tr.State(testKey), "two of three successes")
-	})
-}
-
-func TestProbeFailureReopens(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		d := newDep(500)
-		tr := tripped(t, d)
-		run(t, tr, d, steps(
-			step{after: time.Second, code: 200, sent: true, want: StateHalfOpen},
-			step{code: 200, sent: true, want: StateHalfOpen},
-			step{code: 503, sent: true, want: StateOpen}, // not three in a row
-			step{after: time.Second, code: 200, sent: false, want: StateOpen},
-			step{after: time.Second, code: 200, sent: true, want: StateHalfOpen}, // backoff: 2s
-		))
-	})
-}
-
-func TestCancelledProbeFreesItsSlot(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		d := newDep(500)
-		tr := tripped(t, d)
-		time.Sleep(time.Second)
-		d.hangUntilDone()
-		ctx, cancel := context.WithCancelCause(context.Background())
-		done := make(chan error)
-		go func() {
-			_, err := getCtx(t, ctx, tr, testURL)
-			done <- err
-		}()
-		synctest.Wait()
-		// The slot is taken: others are rejected.
-		resp, err := get(t, tr, testURL)
-		require.NoError(t, err)
-		require.True(t, IsRejected(resp))
-		cancel(context.Canceled)
-		require.Error(t, <-done)
-		// Cancelled: counted for nothing, slot free, still half-open.
-		require.Equal(t, StateHalfOpen, tr.State(testKey))
-		d.set(200, nil)
-		run(t, tr, d, steps(
-			step{code: 200, sent: true, want: StateHalfOpen},
-			step{code: 200, sent: true, want: StateHalfOpen},
-			step{code: 200, sent: true, want: StateClosed},
-		))
-	})
-}
-
-func TestHungProbeCannotHoldItsSlotForever(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		d := newDep(500)
-		log := &transitionLog{}
-		tr := tripped(t, d, WithMaxOpenTimeout(30*time.Second), onStateChange(log.hook))
-		time.Sleep(time.Second)
-		d.set(200, nil)
-		d.block() // the probe hangs, ignoring nothing but release
-		done := make(chan struct{})
-		go func() {
-			_, _ = get(t, tr, testURL)
-			close(done)
-		}()
-		synctest.Wait()
-		time.Sleep(29 * time.Second)
-		require.Equal(t, StateHalfOpen, tr.State(testKey))
-		time.Sleep(time.Second)
-		// Past the bound the probe counts as failed: open again, backed off.
-		require.Equal(t, StateOpen, tr.State(testKey))
-		s := tr.Snapshot()[0]
-		require.Equal(t, 2*time.Second, time.Until(s.RetryAt))
-		d.release()
-		<-done
-		// Its late success decides nothing.
-		require.Equal(t, StateOpen, tr.State(testKey))
-		require.Equal(t, []string{
-			testKey + ": closed→open", testKey + ": open→half-open", testKey + ": half-open→open",
-		}, log.list())
-	})
-}
-
-func TestStaleOutcomesAreDropped(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		d := newDep(200)
-		tr := New(d, WithMinRequests(2), WithJitter(0), WithOpenTimeout(time.Second), WithProbesToClose(1))
-		// A call admitted while closed hangs.
-		d.block()
-		d.set(500, nil)
-		done := make(chan struct{})
-		go func() {
-			_, _ = get(t, tr, testURL)
-			close(done)
-		}()
-		synctest.Wait()
-		// Meanwhile the breaker trips (the gate is per call: open it for
-		// these two) and recovers.
-		gate := d.gate
-		d.mu.Lock()
-		d.gate = nil
-		d.mu.Unlock()
-		run(t, tr, d, steps(
-			step{code: 500, sent: true, want: StateClosed},
-			step{code: 500, sent: true, want: StateOpen},
-			step{after: time.Second, code: 200, sent: true, want: StateClosed},
-		))
-		close(gate)
-		<-done
-		// The late failure, admitted two generations ago, is dropped.
-		s := tr.Snapshot()[0]
-		require.Zero(t, s.Failures)
-		require.Zero(t, s.Requests)
-	})
-}
-
-func TestTransitionsHappenExactlyOnce(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		d := newDep(500)
-		log := &transitionLog{}
-		tr := New(d, WithMinRequests(10), onStateChange(log.hook))
-		d.block()
-		var wg sync.WaitGroup
-		for range 200 {
-			wg.Go(func() { _, _ = get(t, tr, testURL) })
-		}
-		synctest.Wait()
-		d.release() // 200 failures cross the threshold together
-		wg.Wait()
-		require.Equal(t, []string{testKey + ": closed→open"}, log.list())
-	})
-}
-
-// TestTransitionsUnderRealContention runs without a bubble, on real
-// goroutines, for the race detector.
-func TestTransitionsUnderRealContention(t *testing.T) {
-	d := newDep(500)
-	var mu sync.Mutex
-	counts := map[[2]State]int{}
-	tr := New(d, WithMinRequests(5), WithOpenTimeout(time.Hour), WithMaxOpenTimeout(time.Hour),
-		onStateChange(func(_ string, from, to State) {
-			mu.Lock()
-			counts[[2]State{from, to}]++
-			mu.Unlock()
-		}))
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			for range 200 {
-				_, _ = get(t, tr, testURL)
-			}
+	t.Run("an old one is forgotten", func(t *testing.T) {
+		runMachine(t, mset(func(s *settings) { s.minRequests = 3 }), nil, []mrow{
+			call(0, slow, StateClosed).with(func(r *mrow) { r.d = time.Minute }),
+			call(time.Hour, bad, StateClosed),
+			call(time.Hour, bad, StateClosed),
+			call(time.Hour, bad, StateOpen).openFor(sec),
 		})
+	})
+}
+
+func TestBreakerJitterStaysInBounds(t *testing.T) {
+	s := mset(func(s *settings) { s.minRequests, s.jitter, s.openTimeout, s.maxOpenTimeout = 1, 0.5, 10*sec, 10*sec })
+	seen := map[time.Duration]bool{}
+	for range 200 {
+		b := newBreaker("k", &s, 0, nil)
+		tk, _, _ := b.admit(0, &s)
+		require.NotNil(t, b.count(tk, bad, 0, time.Hour)) // even when Retry-After holds it at the cap
+		d := time.Duration(b.retryAt.Load())
+		require.GreaterOrEqual(t, d, 10*sec)
+		require.LessOrEqual(t, d, 15*sec)
+		seen[d] = true
 	}
-	wg.Wait()
-	require.Equal(t, map[[2]State]int{{StateClosed, StateOpen}: 1}, counts)
-	require.Less(t, d.calls.Load(), int64(100), "once open, the dependency is left alone")
+	require.Greater(t, len(seen), 100, "open periods are spread out")
 }
 
-func itoaTest(i int) string { return string(rune('a'+i/26)) + string(rune('a'+i%26)) }
+func TestBreakerHalfOpenBoundsProbes(t *testing.T) {
+	s := mset(func(s *settings) { s.minRequests, s.halfOpenProbes = 1, 2 })
+	_, log := runMachine(t, s, nil, []mrow{
+		call(0, bad, StateOpen),
+		{at: sec, do: "admit", id: "p1", want: StateHalfOpen},
+		{at: sec, do: "admit", id: "p2", want: StateHalfOpen},
+		refused(sec, rejectHalfOpen, StateHalfOpen),
+		{at: 2 * sec, do: "end", id: "p1", o: ign, want: StateHalfOpen}, // frees its slot, decides nothing
+		{at: 2 * sec, do: "admit", id: "p3", want: StateHalfOpen},
+		{at: 2 * sec, do: "end", id: "p2", o: ok, want: StateHalfOpen},
+		{at: 3 * sec, do: "end", id: "p3", o: ok, want: StateClosed}, // two in a row
+		call(3*sec, ok, StateClosed).counts("1/0/0"),                 // closing cleared the window
+	})
+	require.Equal(t, []string{"closed→open@0s", "open→half-open@1s", "half-open→closed@3s"}, log)
+}
 
-// A slow-call threshold must not stop a half-open breaker from closing:
-// the probe's slot is freed by its admission time, not its call time.
-func TestSlowCallThresholdLetsHalfOpenClose(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		d := newDep(500)
-		tr := tripped(t, d, WithSlowCallThreshold(time.Second))
-		run(t, tr, d, steps(
-			step{after: time.Second, code: 200, sent: true, want: StateHalfOpen},
-			step{code: 200, sent: true, want: StateHalfOpen},
-			step{code: 200, sent: true, want: StateClosed},
-		))
+// TestBreakerProbeFailureReopens: a failed probe reopens the breaker at
+// once, even after successes short of ProbesToClose, and backs off.
+func TestBreakerProbeFailureReopens(t *testing.T) {
+	s := mset(func(s *settings) { s.minRequests, s.probesToClose = 1, 3 })
+	runMachine(t, s, nil, []mrow{
+		call(0, bad, StateOpen),
+		call(sec, ok, StateHalfOpen),
+		call(sec, ok, StateHalfOpen),
+		call(sec, bad, StateOpen).openFor(2 * sec), // not three in a row: reopened, backed off
+		refused(2*sec, rejectOpen, StateOpen),
+		call(3*sec, ok, StateHalfOpen),
 	})
 }
 
-// TestHungProbeReopensFromTheBound: a probe that hangs past the probe
-// bound reopens the breaker from the moment the bound passed, not from
-// whenever the next request comes. A dependency called rarely is probed
-// on its first call after a long stall, not refused for an open period
-// that ended long before; and Since says when each state began.
-func TestHungProbeReopensFromTheBound(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		d := newDep(500)
-		tr := tripped(t, d, WithMaxOpenTimeout(30*time.Second))
-		start := time.Now()
-		time.Sleep(time.Second)
-		d.set(200, nil)
-		d.block() // the probe hangs
-		done := make(chan struct{})
-		go func() {
-			_, _ = get(t, tr, testURL)
-			close(done)
-		}()
-		synctest.Wait()
-		time.Sleep(time.Hour) // nobody calls
-		s := tr.Snapshot()[0]
-		require.Equal(t, StateHalfOpen, s.State, "reopened at the bound for 2s, long over")
-		require.Equal(t, start.Add(33*time.Second), s.Since, "due to probe since the reopened period ended")
-		before := d.calls.Load()
-		d.mu.Lock()
-		gate := d.gate
-		d.gate = nil // the next call answers at once
-		d.mu.Unlock()
-		resp, err := get(t, tr, testURL)
-		require.NoError(t, err)
-		require.False(t, IsRejected(resp), "the first call after the stall is a probe")
-		require.Equal(t, before+1, d.calls.Load())
-		close(gate)
-		<-done
+// TestBreakerHungProbeReopensFromTheBound: a probe that hangs past the bound counts as
+// failed when the bound passed, and the breaker reopens from that moment:
+// a dependency called again long after is probed at once, not refused
+// for an open period that ended long before.
+func TestBreakerHungProbeReopensFromTheBound(t *testing.T) {
+	s := mset(func(s *settings) { s.minRequests = 1 })
+	_, log := runMachine(t, s, nil, []mrow{
+		call(0, bad, StateOpen),
+		{at: sec, do: "admit", id: "hung", want: StateHalfOpen},
+		refused(8*sec, rejectHalfOpen, StateHalfOpen), // the bound is the maximum open timeout, 8s
+		look(9*sec, StateOpen).openFor(2 * sec).sinceAt(9 * sec),
+		call(time.Hour, ok, StateHalfOpen),                                 // reopened at 9s for 2s: long over
+		{at: time.Hour, do: "end", id: "hung", o: ok, want: StateHalfOpen}, // the late result decides nothing
+	})
+	require.Equal(t, []string{
+		"closed→open@0s", "open→half-open@1s", "half-open→open@9s", "open→half-open@11s",
+	}, log)
+}
+
+// TestBreakerSinceAfterAQuietHour: an open period that ended long ago
+// shows as half-open since its end, not since whenever someone looked.
+func TestBreakerSinceAfterAQuietHour(t *testing.T) {
+	s := mset(func(s *settings) { s.minRequests = 1 })
+	runMachine(t, s, nil, []mrow{
+		call(0, bad, StateOpen).sinceAt(0),
+		look(time.Hour, StateHalfOpen).sinceAt(sec),
 	})
 }
 
-// TestTripForeverAdvertisesAnHour: an "until Reset" trip says
-// Retry-After: 3600, also during the Transport's first second, where the
-// round-up used to overflow into 1.
-func TestTripForeverAdvertisesAnHour(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		tr := New(newDep(200))
-		tr.Trip(testKey, time.Duration(math.MaxInt64))
-		resp, err := get(t, tr, testURL)
-		require.NoError(t, err)
-		require.Equal(t, "3600", resp.Header.Get("Retry-After"))
-		tr.Trip(testKey, 2*time.Hour)
-		resp, err = get(t, tr, testURL)
-		require.NoError(t, err)
-		require.Equal(t, "3600", resp.Header.Get("Retry-After"), "at most an hour")
-		tr.Trip(testKey, 90*time.Second)
-		resp, err = get(t, tr, testURL)
-		require.NoError(t, err)
-		require.Equal(t, "90", resp.Header.Get("Retry-After"))
+func TestBreakerDropsStaleOutcomes(t *testing.T) {
+	s := mset(func(s *settings) { s.minRequests, s.probesToClose = 2, 1 })
+	runMachine(t, s, nil, []mrow{
+		{at: 0, do: "admit", id: "old", want: StateClosed},
+		call(ms, bad, StateClosed),
+		call(ms, bad, StateOpen),
+		call(sec+ms, ok, StateClosed).counts("0/0/0"),
+		{at: 2 * sec, do: "end", id: "old", o: bad, want: StateClosed}, // admitted two generations ago
+		look(2*sec, StateClosed).counts("0/0/0"),
 	})
+}
+
+func TestBreakerTripAndReset(t *testing.T) {
+	_, log := runMachine(t, mset(nil), nil, []mrow{
+		call(0, ok, StateClosed).counts("1/0/0"),
+		{at: sec, do: "trip", d: time.Minute, want: StateOpen, retryIn: time.Minute}, // exactly d: no cap, no jitter
+		refused(2*sec, rejectOpen, StateOpen),
+		{at: 3 * sec, do: "reset", want: StateClosed, window: "0/0/0"},
+		{at: 4 * sec, do: "trip", d: time.Duration(math.MaxInt64), want: StateOpen},
+		refused(100*365*24*time.Hour, rejectOpen, StateOpen), // "until Reset"
+	})
+	require.Equal(t, []string{"closed→open@1s", "open→closed@3s", "closed→open@4s"}, log)
+}
+
+func TestBreakerFollowsFleetHints(t *testing.T) {
+	_, log := runMachine(t, mset(nil), nil, []mrow{
+		{at: 0, do: "hint-open", d: time.Hour, want: StateOpen, retryIn: 8 * sec},     // never past the maximum
+		{at: sec, do: "hint-open", d: time.Second, want: StateOpen, retryIn: 7 * sec}, // an open breaker keeps its longer period
+		{at: sec, do: "hint-open", d: time.Hour, want: StateOpen, retryIn: 8 * sec},   // and stays open up to the maximum for a longer one
+		{at: 2 * sec, do: "hint-close", want: StateClosed},
+		{at: 3 * sec, do: "hint-close", want: StateClosed},
+		{at: 3 * sec, do: "hint-open", d: -sec, want: StateClosed}, // a time in the past
+		{at: 4 * sec, do: "trip", d: time.Hour, want: StateOpen},
+		{at: 5 * sec, do: "hint-close", want: StateOpen}, // an operator's trip: only a reset ends it
+		{at: 6 * sec, do: "reset", want: StateClosed},
+	})
+	require.Equal(t, []string{"closed→open@0s", "open→closed@2s", "closed→open@4s", "open→closed@6s"}, log)
+}
+
+// leaseFleet is a fleet that answers every lease request with lease.
+type leaseFleet struct{ lease Lease }
+
+func (f leaseFleet) ProbeLease(string, time.Duration) Lease { return f.lease }
+
+func TestBreakerProbesOnlyWithAFleetLease(t *testing.T) {
+	s := mset(func(s *settings) { s.minRequests = 1 })
+	runMachine(t, s, leaseFleet{LeaseDenied}, []mrow{
+		call(0, bad, StateOpen),
+		look(sec, StateHalfOpen),                         // due to probe, shown as such
+		refused(sec, rejectOpen, StateOpen).openFor(sec), // another instance probes: ask again in a while
+		refused(2*sec-ms, rejectOpen, StateOpen),
+	})
+	runMachine(t, s, leaseFleet{LeaseGranted}, []mrow{
+		call(0, bad, StateOpen),
+		call(sec, ok, StateHalfOpen),
+	})
+}
+
+// TestBreakerProbeSlotsAreNotPreallocated: a breaker keeps memory for the
+// probes in flight only, whatever the limit.
+func TestBreakerProbeSlotsAreNotPreallocated(t *testing.T) {
+	s := mset(func(s *settings) { s.halfOpenProbes = maxHalfOpenProbes })
+	b := newBreaker("k", &s, 0, nil)
+	require.Zero(t, cap(b.probes))
+}
+
+// TestBreakerKnowsNoHTTP: the state machine's files import nothing of
+// net/http; the Transport turns HTTP into what the breaker takes.
+func TestBreakerKnowsNoHTTP(t *testing.T) {
+	for _, file := range []string{"breaker.go", "window.go"} {
+		f, err := parser.ParseFile(token.NewFileSet(), file, nil, parser.ImportsOnly)
+		require.NoError(t, err)
+		for _, imp := range f.Imports {
+			require.NotContains(t, imp.Path.Value, "net/http", file)
+		}
+	}
 }

@@ -3,6 +3,7 @@ package httpbreaker
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -12,46 +13,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 )
-
-// heldDep is a next whose calls each wait until the test lets them go,
-// by the X-ID of their request, and that records the order they arrived.
-type heldDep struct {
-	mu      sync.Mutex
-	arrived []string
-	gates   map[string]chan int // the status each call answers with
-}
-
-func newHeldDep() *heldDep { return &heldDep{gates: map[string]chan int{}} }
-
-func (d *heldDep) gate(id string) chan int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.gates[id] == nil {
-		d.gates[id] = make(chan int, 1)
-	}
-	return d.gates[id]
-}
-
-func (d *heldDep) RoundTrip(req *http.Request) (*http.Response, error) {
-	id := req.Header.Get("X-ID")
-	d.mu.Lock()
-	d.arrived = append(d.arrived, id)
-	d.mu.Unlock()
-	select {
-	case code := <-d.gate(id):
-		return response(req, code, nil), nil
-	case <-req.Context().Done():
-		return nil, req.Context().Err()
-	}
-}
-
-func (d *heldDep) let(id string, code int) { d.gate(id) <- code }
-
-func (d *heldDep) order() []string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return append([]string(nil), d.arrived...)
-}
 
 // result is what one call through the queue got.
 type result struct {
@@ -225,8 +186,7 @@ func TestQueueLosesNoPlace(t *testing.T) {
 // TestBulkheadRefusesAsOpenWhenFullAndOpen: with both places taken, a
 // third call is refused as bulkhead full while the breaker is closed,
 // and as open once it has opened, so that its caller learns when the
-// open period ends. (It was TestMachineBulkhead, when the breaker held
-// the bulkhead.)
+// open period ends.
 func TestBulkheadRefusesAsOpenWhenFullAndOpen(t *testing.T) {
 	c := testCircuit("k")
 	p := *c.pol.Load()
@@ -550,4 +510,79 @@ func requireBulkheadEmpty(t *testing.T, tr *Transport, msg string) {
 	c := tr.breakers.get(testKey)
 	require.Zero(t, c.bulk.inflight.Load(), msg)
 	require.Zero(t, c.bulk.waiting.Load(), msg)
+}
+
+func TestBulkheadBoundsCallsInFlightPerKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(200)
+		d.block()
+		tr := New(d, WithMaxConcurrent(3), WithRejectAsError())
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Go(func() {
+				_, err := get(t, tr, testURL)
+				require.NoError(t, err)
+			})
+		}
+		synctest.Wait()
+		_, err := get(t, tr, testURL)
+		require.ErrorIs(t, err, ErrBulkheadFull)
+		require.ErrorIs(t, err, ErrOpen)
+		var re *RejectedError
+		require.ErrorAs(t, err, &re)
+		require.Equal(t, StateClosed, re.State)
+		// Another key has its own bulkhead.
+		d2 := newDep(200)
+		_, err = get(t, New(d2, WithMaxConcurrent(3)), "http://other.test/")
+		require.NoError(t, err)
+		d.release()
+		wg.Wait()
+		_, err = get(t, tr, testURL)
+		require.NoError(t, err, "places are freed when calls finish")
+		require.EqualValues(t, 4, d.calls.Load())
+		require.Equal(t, StateClosed, tr.State(testKey), "bulkhead rejections do not count as failures")
+	})
+}
+
+// fullBulkhead returns a Transport with a bulkhead of one, held by a call
+// that d keeps in flight until d.release. Call it in a synctest bubble.
+func fullBulkhead(t *testing.T) (*dep, *Transport) {
+	d := newDep(200)
+	d.block()
+	tr := New(d, WithMaxConcurrent(1))
+	go func() { _, _ = get(t, tr, testURL) }()
+	synctest.Wait()
+	return d, tr
+}
+
+func TestBulkheadRejectionLooksLikeAnyRejection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d, tr := fullBulkhead(t)
+		resp, err := tr.RoundTrip(mustReq(t, testURL))
+		require.NoError(t, err)
+		require.True(t, IsRejected(resp))
+		b, _ := io.ReadAll(resp.Body)
+		require.Equal(t, rejectBody, string(b))
+		d.release()
+	})
+}
+
+// TestOpenWithFullBulkheadTellsWhenItOpens: calls admitted before the
+// breaker opened still fill its bulkhead; a caller refused then is told
+// the open period, not to come back in a second.
+func TestOpenWithFullBulkheadTellsWhenItOpens(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d, tr := fullBulkhead(t)
+		tr.Trip(testKey, time.Minute)
+		resp, err := get(t, tr, testURL)
+		require.NoError(t, err)
+		require.True(t, IsRejected(resp))
+		require.Equal(t, "60", resp.Header.Get("Retry-After"))
+		tr.Reset(testKey)
+		resp, err = get(t, tr, testURL)
+		require.NoError(t, err)
+		require.True(t, IsRejected(resp), "closed: the bulkhead refuses")
+		require.Equal(t, "1", resp.Header.Get("Retry-After"))
+		d.release()
+	})
 }

@@ -153,3 +153,196 @@ func TestCallTimeoutThroughAClient(t *testing.T) {
 	require.True(t, IsRejected(resp))
 	resp.Body.Close()
 }
+
+// TestCallTimeoutAppliesInShadowWhenItWouldRefuse: in ModeShadow a call
+// the breaker would refuse still goes to next under the call timeout, not
+// for the caller's whole deadline.
+func TestCallTimeoutAppliesInShadowWhenItWouldRefuse(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(200)
+		tr := New(d, WithCallTimeout(100*time.Millisecond), WithMode(ModeShadow))
+		d.hangUntilDone()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		start := time.Now()
+		_, _ = getCtx(t, ctx, tr, testURL)
+		require.Equal(t, 100*time.Millisecond, time.Since(start), "admitted: call timeout applies")
+		tr.Trip(testKey, time.Minute)
+		start = time.Now()
+		_, _ = getCtx(t, ctx, tr, testURL)
+		require.Equal(t, 100*time.Millisecond, time.Since(start), "would-be-refused: call timeout skipped")
+	})
+}
+
+// TestCallerDeadlinePastAtAdmissionIsIgnored: a caller deadline already
+// past when the call is admitted — the zero time.Time, one far in the
+// past, one an hour ago — left the dependency no budget: the call's
+// context.DeadlineExceeded from next is ignored, so such calls never
+// trip the breaker, also under a call timeout (which keeps the earlier
+// deadline). A failure with no deadline still trips it afterwards.
+func TestCallerDeadlinePastAtAdmissionIsIgnored(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		deadline func() time.Time
+	}{
+		{"zero time", func() time.Time { return time.Time{} }},
+		{"far past", func() time.Time { return time.Unix(-1<<62, 0) }},
+		{"an hour ago", func() time.Time { return time.Now().Add(-time.Hour) }},
+	} {
+		for _, callTimeout := range []time.Duration{0, time.Minute, longest} {
+			t.Run(tc.name+"/call timeout "+callTimeout.String(), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					d := newDep(http.StatusInternalServerError)
+					tr := New(d, WithMinRequests(1), WithCallTimeout(callTimeout))
+					time.Sleep(time.Second) // the clock is past zero: deadline - now must not wrap
+					for i := range 10 {
+						ctx, cancel := context.WithDeadline(context.Background(), tc.deadline())
+						resp, err := getCtx(t, ctx, tr, testURL)
+						cancel()
+						require.Nil(t, resp)
+						require.ErrorIs(t, err, context.DeadlineExceeded)
+						require.Equal(t, StateClosed, tr.State(testKey), "call %d", i+1)
+					}
+					require.EqualValues(t, 10, d.calls.Load(), "every call reached next")
+					s := tr.Snapshot()[0]
+					require.Zero(t, s.Requests, "ignored: not in the window")
+					require.Zero(t, s.Failures)
+
+					requireAnswers(t, tr, http.StatusInternalServerError)
+					require.Equal(t, StateOpen, tr.State(testKey), "a real failure still trips it")
+				})
+			})
+		}
+	}
+}
+
+// TestCallerDeadlineFarFutureCountsFailures: a caller deadline too far
+// ahead for the clock (time.Unix(1<<62, 0)) is a budget like any ample
+// one: a connection error counts as a failure and trips the breaker, and
+// so does a call its (shorter) call timeout ended.
+func TestCallerDeadlineFarFutureCountsFailures(t *testing.T) {
+	far := time.Unix(1<<62, 0)
+	for _, tc := range []struct {
+		name string
+		opts []Option
+		hang bool  // the dependency hangs until the call's context ends
+		want error // what each call returns
+		why  string
+	}{
+		{"connection error", nil, false, errConnRefused, "three failures trip it"},
+		{"call timeout", []Option{WithCallTimeout(time.Second)}, true, context.DeadlineExceeded, "three call timeouts trip it"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				d := newDep(http.StatusOK)
+				if tc.hang {
+					d.hangUntilDone()
+				} else {
+					d.set(0, tc.want)
+				}
+				tr := New(d, append([]Option{WithMinRequests(3)}, tc.opts...)...)
+				time.Sleep(time.Second)
+				ctx, cancel := context.WithDeadline(context.Background(), far)
+				defer cancel()
+				for i := range 3 {
+					require.Equal(t, StateClosed, tr.State(testKey), "before call %d", i+1)
+					_, err := getCtx(t, ctx, tr, testURL)
+					require.ErrorIs(t, err, tc.want)
+				}
+				require.Equal(t, StateOpen, tr.State(testKey), tc.why)
+			})
+		})
+	}
+}
+
+func TestDeadlineBudgetRule(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(200)
+		d.hangUntilDone()
+		tr := New(d, WithMinRequests(1))
+		// 10ms left at admission: the caller's own budget ran out.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		_, err := getCtx(t, ctx, tr, testURL)
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.Equal(t, StateClosed, tr.State(testKey))
+		require.Zero(t, tr.Snapshot()[0].Requests)
+		// A full second: the dependency's fault.
+		ctx, cancel = context.WithTimeout(context.Background(), time.Second)
+		_, err = getCtx(t, ctx, tr, testURL)
+		cancel()
+		require.Error(t, err)
+		require.Equal(t, StateOpen, tr.State(testKey))
+	})
+}
+
+// TestDeadlineSuccessCountsAtAdmission: a success through a request with
+// a deadline counts at the time it was admitted (so the request path reads
+// the clock once). One that outlived its bucket's turn in the window
+// counts in the totals only, not in the bucket that took its place.
+func TestDeadlineSuccessCountsAtAdmission(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		next := rtFunc(func(r *http.Request) (*http.Response, error) {
+			if d, err := time.ParseDuration(strings.TrimPrefix(r.URL.Path, "/v1/things/sleep/")); err == nil {
+				time.Sleep(d)
+			}
+			return response(r, http.StatusOK, nil), nil
+		})
+		tr := New(next, WithWindow(10*time.Second)) // 1s buckets
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		call := func(path string) {
+			_, err := getCtx(t, ctx, tr, testURL+path)
+			require.NoError(t, err)
+		}
+		call("/") // t=0: bucket 0
+		b := &tr.breakers.get(testKey).b
+
+		time.Sleep(1500 * time.Millisecond)
+		call("/sleep/700ms") // admitted at 1.5s, ends at 2.2s
+		require.Equal(t, uint32(1), b.window().buckets[1].counts[OutcomeSuccess].Load())
+		require.Zero(t, b.window().buckets[2].counts[OutcomeSuccess].Load())
+
+		done := make(chan struct{})
+		go func() { call("/sleep/15s"); close(done) }() // bucket 2, ends at 17.2s
+		time.Sleep(10300 * time.Millisecond)
+		call("/") // 12.5s: bucket 12 takes bucket 2's place
+		<-done
+		require.Equal(t, uint32(1), b.window().buckets[2].counts[OutcomeSuccess].Load(), "bucket 12 holds its own call only")
+		require.Equal(t, int64(1), tr.Snapshot()[0].Requests, "in the window at 17.2s: the call at 12.5s")
+		require.Equal(t, int64(4), b.window().totals()[OutcomeSuccess])
+	})
+}
+
+func TestClientTimeoutIsAFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(200)
+		d.hangUntilDone()
+		tr := New(d, WithMinRequests(2))
+		c := &http.Client{Transport: tr, Timeout: 500 * time.Millisecond}
+		for range 2 {
+			_, err := c.Get(testURL)
+			require.Error(t, err)
+		}
+		require.Equal(t, StateOpen, tr.State(testKey))
+	})
+}
+
+func TestCallerCancellationIsIgnored(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(200)
+		d.hangUntilDone()
+		tr := New(d, WithMinRequests(1))
+		for range 5 {
+			ctx, cancel := context.WithCancelCause(context.Background())
+			go func() {
+				time.Sleep(100 * time.Millisecond)
+				cancel(errors.New("client hung up"))
+			}()
+			_, err := getCtx(t, ctx, tr, testURL)
+			require.Error(t, err)
+		}
+		require.Equal(t, StateClosed, tr.State(testKey))
+		require.Zero(t, tr.Snapshot()[0].Requests)
+	})
+}

@@ -1,10 +1,15 @@
 package httpbreaker
 
 import (
+	"context"
 	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -107,4 +112,123 @@ func TestFullCapTakesNoLock(t *testing.T) {
 	})
 	require.Equal(t, int64(5), d.calls.Load(), "every request reached the dependency")
 	require.Equal(t, int64(3), tr.breakers.get("api.test").b.window().totals().requests())
+}
+
+// TestMaxBreakersOffRouteFallsBackToTheEnforcingHost: past the cap, a
+// ModeOff route stays off, even though its host's breaker, which it
+// would fall back to, enforces and is open: its requests go to next.
+func TestMaxBreakersOffRouteFallsBackToTheEnforcingHost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(500)
+		tr := New(d, WithRoutes("/off"), WithMaxBreakers(1), WithMinRequests(5),
+			WithPolicy("api.test /off", WithMode(ModeOff)))
+		for range 5 {
+			_, _ = get(t, tr, "http://api.test/other") // the host key: trips
+		}
+		require.Equal(t, StateOpen, tr.State("api.test"))
+		d.set(200, nil)
+		resp, err := get(t, tr, "http://api.test/off")
+		require.NoError(t, err)
+		require.False(t, IsRejected(resp), "ModeOff: requests go straight to next")
+	})
+}
+
+// TestEvictionRescanFollowsUpdatedWindow: past the cap, the Transport
+// looks for an idle breaker again once per bucket of the window. When no
+// breaker was idle under WithWindow(math.MaxInt64), the next look is a
+// tenth of that away (about 29 years), and an Update to a 10s window
+// does not bring it closer: the old breaker, idle under the new window,
+// keeps its place and a new key gets no breaker (its calls go through
+// unprotected) for decades. A Transport made with the new window gives
+// the new key the place.
+func TestEvictionRescanFollowsUpdatedWindow(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		update bool
+	}{
+		{"made with a 10s window", false},
+		{"updated to a 10s window", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				d := newDep(http.StatusOK)
+				window := 10 * time.Second
+				if tc.update {
+					window = longest
+				}
+				tr := New(d, WithMaxBreakers(1), WithWindow(window))
+				time.Sleep(time.Second)
+				_, _ = get(t, tr, "http://a.test/")
+				_, _ = get(t, tr, "http://b.test/") // no room: a is not idle yet
+				require.Equal(t, []string{"a.test"}, keys(tr))
+				if tc.update {
+					require.NoError(t, tr.Update(WithWindow(10*time.Second)))
+				}
+				time.Sleep(time.Minute) // a is idle: closed, older than the window, nothing in it
+				_, _ = get(t, tr, "http://b.test/")
+				require.Equal(t, []string{"b.test"}, keys(tr), "b takes the place of a, idle under the window it has")
+			})
+		})
+	}
+}
+
+// TestBreakerKeyDoesNotPinTheRequest: a breaker outlives the request that
+// made it, so its key must not be a substring of that request's URL,
+// which would keep the whole URL (query string included) in memory.
+func TestBreakerKeyDoesNotPinTheRequest(t *testing.T) {
+	raw := "http://api.test/v1/users?token=" + strings.Repeat("s", 4096)
+	req, err := http.NewRequest(http.MethodGet, raw, nil)
+	require.NoError(t, err)
+	tr := New(newDep(http.StatusOK))
+	resp, err := tr.RoundTrip(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	c := tr.breakers.get("api.test")
+	require.NotNil(t, c)
+	key := uintptr(unsafe.Pointer(unsafe.StringData(c.key())))
+	url := uintptr(unsafe.Pointer(unsafe.StringData(raw)))
+	host := uintptr(unsafe.Pointer(unsafe.StringData(req.URL.Host)))
+	require.NotEqual(t, host, key)
+	require.False(t, key >= url && key < url+uintptr(len(raw)), "the key points into the request's URL")
+}
+
+// TestEvictedWithCallsInFlightStillTrips: under cap pressure a closed
+// breaker whose calls all hang has nothing in its window and is evicted
+// for other hosts. When the hung calls time out, their failures must
+// still count for their key: the key's breaker opens, and the next call
+// to the hung dependency is refused.
+func TestEvictedWithCallsInFlightStillTrips(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var hung atomic.Int64
+		next := rtFunc(func(req *http.Request) (*http.Response, error) {
+			if req.URL.Host == "hung.test" {
+				hung.Add(1)
+				<-req.Context().Done()
+				return nil, req.Context().Err()
+			}
+			return response(req, http.StatusOK, nil), nil
+		})
+		log := &transitionLog{}
+		tr := New(next, WithMaxBreakers(2), WithMinRequests(20), WithJitter(0), onStateChange(log.hook))
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var wg sync.WaitGroup
+		for range 20 {
+			wg.Go(func() { _, _ = getCtx(t, ctx, tr, "http://hung.test/") })
+		}
+		synctest.Wait()
+		time.Sleep(11 * time.Second) // hung.test's breaker: older than a window, nothing counted
+		for _, h := range []string{"a.test", "b.test"} {
+			_, err := get(t, tr, "http://"+h+"/")
+			require.NoError(t, err)
+		}
+		require.NotContains(t, keys(tr), "hung.test", "evicted with its calls in flight")
+		wg.Wait() // the 20 calls time out
+		require.Equal(t, StateOpen, tr.State("hung.test"))
+		require.Equal(t, []string{"hung.test: closed→open"}, log.list())
+		resp, err := get(t, tr, "http://hung.test/")
+		require.NoError(t, err)
+		require.True(t, IsRejected(resp), "the hung dependency is protected")
+		require.EqualValues(t, 20, hung.Load())
+	})
 }

@@ -41,17 +41,7 @@ import (
 
 	"github.com/hashicorp/go-cleanhttp"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 )
-
-// faultNoLeaks makes t check, after every cleanup registered later has
-// run, that no goroutine started during the test is still alive. Call it
-// first in the test.
-func faultNoLeaks(t *testing.T) {
-	t.Helper()
-	opt := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
-}
 
 // faultCall is what one RoundTrip returned.
 type faultCall struct {

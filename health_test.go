@@ -2,6 +2,7 @@ package httpbreaker
 
 import (
 	"encoding/json"
+	"net/http"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -103,4 +104,51 @@ func TestHealthJSON(t *testing.T) {
 	b, err = json.Marshal(tr.Health("db.test"))
 	require.NoError(t, err)
 	require.JSONEq(t, `{"ready":false,"open":["db.test","recs.test"],"critical_open":["db.test"]}`, string(b))
+}
+
+// TestHealthIgnoresShadowBreakers: a breaker in ModeShadow that would be
+// open (or half-open) refuses nothing, so Health leaves it out of Open
+// and CriticalOpen and stays ready when it is critical; an enforcing
+// breaker that is open still counts.
+func TestHealthIgnoresShadowBreakers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(http.StatusInternalServerError)
+		tr := New(d, WithMinRequests(1), WithJitter(0), WithOpenTimeout(time.Second),
+			WithPolicy("shadow.test", WithMode(ModeShadow)))
+		for _, u := range []string{"http://shadow.test/", "http://enforce.test/"} {
+			_, _ = get(t, tr, u)
+		}
+		require.Equal(t, StateOpen, tr.State("shadow.test"), "the shadow breaker would be open")
+		require.Equal(t, StateOpen, tr.State("enforce.test"))
+
+		h := tr.Health("shadow.test")
+		require.True(t, h.Ready, "a shadow breaker never makes a service unready")
+		require.NoError(t, h.Err())
+		require.Equal(t, []string{"enforce.test"}, h.Open, "only the enforcing breaker refuses")
+		require.Empty(t, h.CriticalOpen)
+
+		h = tr.Health("shadow.test", "enforce.test")
+		require.False(t, h.Ready)
+		require.Error(t, h.Err())
+		require.Equal(t, []string{"enforce.test"}, h.Open)
+		require.Equal(t, []string{"enforce.test"}, h.CriticalOpen)
+
+		time.Sleep(time.Second)
+		require.Equal(t, StateHalfOpen, tr.State("shadow.test"))
+		h = tr.Health("shadow.test")
+		require.True(t, h.Ready, "half-open in shadow: still ready")
+		require.NotContains(t, h.Open, "shadow.test")
+	})
+	synctest.Test(t, func(t *testing.T) {
+		// A Transport all in shadow: ready, nothing listed.
+		d := newDep(http.StatusInternalServerError)
+		tr := New(d, WithMinRequests(1), WithMode(ModeShadow))
+		_, _ = get(t, tr, testURL)
+		require.Equal(t, StateOpen, tr.State(testKey))
+		h := tr.Health(testKey)
+		require.True(t, h.Ready)
+		require.Empty(t, h.Open)
+		require.Empty(t, h.CriticalOpen)
+		require.NoError(t, h.Err())
+	})
 }

@@ -9,20 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-cleanhttp"
 	"github.com/stretchr/testify/require"
 )
 
 // These tests use real servers on 127.0.0.1 and a real pooled transport.
-
-// closedPort returns the address of a port nothing listens on.
-func closedPort(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return addr
-}
 
 // resetServer accepts connections, reads a request and resets the
 // connection without answering.
@@ -43,12 +33,6 @@ func resetServer(t *testing.T) string {
 		}
 	})
 	return l.Addr().String()
-}
-
-func integrationTransport(t *testing.T, opts ...Option) *Transport {
-	next := cleanhttp.DefaultPooledTransport()
-	t.Cleanup(next.CloseIdleConnections)
-	return New(next, append([]Option{WithMinRequests(3), WithJitter(0)}, opts...)...)
 }
 
 func TestIntegrationConnectionRefused(t *testing.T) {

@@ -133,15 +133,6 @@ func asciiUpperTest(s string) string {
 	return string(b)
 }
 
-// requireKey checks what every key must be: at most maxKeyLen bytes and
-// valid UTF-8 (keys are Prometheus label values, and the client library
-// refuses invalid ones, panicking in a scrape).
-func requireKey(t *testing.T, what, k string) {
-	t.Helper()
-	require.LessOrEqual(t, len(k), maxKeyLen, "%s: key of %d bytes", what, len(k))
-	require.True(t, utf8.ValidString(k), "%s: key %q is not valid UTF-8", what, k)
-}
-
 // requireHostKey checks a key of HostKey: a key, and lower-case.
 func requireHostKey(t *testing.T, k string) {
 	t.Helper()

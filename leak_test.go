@@ -123,21 +123,6 @@ func TestLeakRejectionIdenticalAcrossBreakers(t *testing.T) {
 	})
 }
 
-// rawGet sends a GET for path to addr on a connection of its own and
-// returns every byte of the response: status line, headers and body.
-func rawGet(t *testing.T, addr, path string) []byte {
-	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	require.NoError(t, err)
-	defer c.Close()
-	require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
-	_, err = io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: shop.example\r\nUser-Agent: public\r\nConnection: close\r\n\r\n")
-	require.NoError(t, err)
-	b, err := io.ReadAll(c)
-	require.NoError(t, err)
-	return b
-}
-
 // statusOf parses the status code of a raw response.
 func statusOf(t *testing.T, raw []byte) int {
 	t.Helper()

@@ -3,6 +3,7 @@ package httpbreaker
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"maps"
@@ -290,7 +291,7 @@ func TestAlertRulesMatchTheExposition(t *testing.T) {
 // TestScrapeNeverShowsMoreThanTheCap: during a flood of new hosts that
 // evicts breakers as fast as it makes them, on real goroutines under
 // -race, no scrape and no Snapshot lists more breakers than
-// WithMaxBreakers (issue 17.7).
+// WithMaxBreakers.
 func TestScrapeNeverShowsMoreThanTheCap(t *testing.T) {
 	const limit = 200
 	reg := prometheus.NewPedanticRegistry()
@@ -323,4 +324,27 @@ func TestScrapeNeverShowsMoreThanTheCap(t *testing.T) {
 	require.LessOrEqual(t, most, limit, "breakers in one scrape")
 	require.LessOrEqual(t, mostSnap, limit, "breakers in one Snapshot")
 	require.Positive(t, most)
+}
+
+// TestScrapeShowsOpenOnceAProbeOutlivesTheBound: once a probe outlives
+// the bound, a scrape shows the breaker open, as State does at the same
+// instant, not a stale half-open.
+func TestScrapeShowsOpenOnceAProbeOutlivesTheBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(200)
+		d.hangUntilDone()
+		reg := prometheus.NewPedanticRegistry()
+		tr := New(d, WithMetrics(reg), WithOpenTimeout(time.Second), WithMaxOpenTimeout(2*time.Second), WithJitter(0))
+		tr.Trip(testKey, time.Second)
+		time.Sleep(time.Second)
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() { _, _ = getCtx(t, ctx, tr, testURL) }() // the probe hangs
+		synctest.Wait()
+		time.Sleep(3 * time.Second) // past the bound (2s); reopened for 2s, so still open
+		scraped := gaugeValue(t, reg, "breaker_state", `state="half-open"`)
+		require.Equal(t, StateOpen, tr.State(testKey))
+		cancel()
+		synctest.Wait()
+		require.Zero(t, scraped, "the scrape said half-open at the instant State said open")
+	})
 }

@@ -71,37 +71,6 @@ breaker_open_seconds_total{breaker="api.test"} 1
 	})
 }
 
-// gaugeValue returns the value of the one series of name whose labels
-// contain match.
-func gaugeValue(t *testing.T, reg *prometheus.Registry, name, match string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	var found []float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			var parts []string
-			for _, lp := range m.GetLabel() {
-				parts = append(parts, lp.GetName()+`="`+lp.GetValue()+`"`)
-			}
-			if !strings.Contains(strings.Join(parts, ","), match) {
-				continue
-			}
-			switch {
-			case m.GetGauge() != nil:
-				found = append(found, m.GetGauge().GetValue())
-			case m.GetCounter() != nil:
-				found = append(found, m.GetCounter().GetValue())
-			}
-		}
-	}
-	require.Len(t, found, 1, "%s{%s}", name, match)
-	return found[0]
-}
-
 func TestMetricsTwoTransportsOneRegistry(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	a := New(newDep(200), WithMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"client": "payments"}, reg)))

@@ -127,3 +127,35 @@ func mustJSON(t *testing.T, v any) string {
 	require.NoError(t, err)
 	return string(b)
 }
+
+// TestOffModeKeyTakesNoBreakerSlot: a ModeOff key has no breaker, so it
+// takes no place under the cap: an enforcing key still gets its breaker
+// and trips.
+func TestOffModeKeyTakesNoBreakerSlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(500)
+		tr := New(d, WithMaxBreakers(1), WithMinRequests(5),
+			WithPolicy("off.test", WithMode(ModeOff)))
+		_, _ = get(t, tr, "http://off.test/")
+		for range 20 {
+			_, _ = get(t, tr, testURL)
+		}
+		require.Equal(t, StateOpen, tr.State(testKey), "ModeOff means no breaker, yet off.test holds the only slot")
+	})
+}
+
+// TestOffModeKeyTakesNoFleetHints: a fleet hint does not open a ModeOff
+// key: State reports closed, and no transition fires for a key that has
+// no breaker.
+func TestOffModeKeyTakesNoFleetHints(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newMemStore()
+		log := &transitionLog{}
+		tr := New(newDep(200), WithStore(s), onStateChange(log.hook),
+			WithPolicy("off.test", WithMode(ModeOff)))
+		_, _ = get(t, tr, "http://off.test/")
+		s.publish(Hint{Key: "off.test", State: StateOpen, RetryAt: time.Now().Add(time.Minute)})
+		require.Equal(t, StateClosed, tr.State("off.test"), "DESIGN: State reports closed")
+		require.Empty(t, log.list(), "no breaker, no transition")
+	})
+}

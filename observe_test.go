@@ -1,9 +1,12 @@
 package httpbreaker
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -287,4 +290,53 @@ func TestReasonText(t *testing.T) {
 		require.Equal(t, k, transitionKinds[transitionKind(k.from, k.to, k.reason)])
 	}
 	require.Equal(t, -1, transitionKind(StateClosed, StateHalfOpen, ReasonTrip))
+}
+
+func TestOnStateChangeMayCallBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var tr *Transport
+		var states []State
+		var snaps int
+		tr = New(newDep(500), WithMinRequests(1), onStateChange(func(key string, from, to State) {
+			states = append(states, tr.State(key)) // would deadlock under a lock
+			snaps += len(tr.Snapshot())
+			if to == StateOpen {
+				tr.Reset(key)
+			}
+		}))
+		_, _ = get(t, tr, testURL)
+		require.Equal(t, []State{StateOpen, StateClosed}, states)
+		require.Equal(t, 2, snaps)
+		require.Equal(t, StateClosed, tr.State(testKey))
+	})
+}
+
+func TestLoggerLogsEveryTransition(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf bytes.Buffer
+		l := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{
+			ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+				if a.Key == slog.TimeKey {
+					return slog.Attr{}
+				}
+				return a
+			},
+		}))
+		d := newDep(500)
+		tr := tripped(t, d, WithLogger(l), WithProbesToClose(1))
+		time.Sleep(time.Second)
+		d.set(200, nil)
+		_, _ = get(t, tr, testURL)
+		lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+		require.Len(t, lines, 3)
+		require.Contains(t, lines[0], "level=WARN")
+		require.Contains(t, lines[0], "breaker=api.test")
+		require.Contains(t, lines[0], "reason=failure_rate requests=1 failures=1 throttled=0")
+		require.Contains(t, lines[1], "level=INFO")
+		require.Contains(t, lines[1], "to=half-open")
+		require.Contains(t, lines[1], "reason=open_elapsed")
+		require.Contains(t, lines[2], "level=INFO")
+		require.Contains(t, lines[2], "to=closed")
+		require.Contains(t, lines[2], "reason=probes_succeeded requests=2 failures=1 throttled=0")
+	})
 }

@@ -123,24 +123,3 @@ func TestOffFormsTurnOffAWiderLevel(t *testing.T) {
 	require.False(t, base.rejectAsError, "the later option wins")
 	require.False(t, base.bodyErrors)
 }
-
-// requireTurnedOff checks that tr's breaker for key off has
-// reject-as-error, body errors and a call timeout of 1s turned off, which
-// key on has on, and that a refusal for off is the synthetic 503 (not an
-// error, not a fallback's answer).
-func requireTurnedOff(t *testing.T, tr *Transport, off, on string) {
-	t.Helper()
-	ps := tr.policies.Load()
-	p, q := ps.of(off), ps.of(on)
-	require.False(t, p.rejectAsError)
-	require.False(t, p.bodyErrors)
-	require.Zero(t, p.callTimeout)
-	require.True(t, q.rejectAsError)
-	require.True(t, q.bodyErrors)
-	require.Equal(t, time.Second, q.callTimeout)
-
-	tr.Trip(off, time.Hour)
-	resp, err := get(t, tr, "http://"+off+"/")
-	require.NoError(t, err, "not an error: the synthetic 503")
-	require.True(t, IsRejected(resp), "not a fallback's answer")
-}

@@ -208,19 +208,6 @@ func TestPolicyBadSelectorsAndOptionsPanic(t *testing.T) {
 	}
 }
 
-// panicMessage returns what f panics with, as a string.
-func panicMessage(t *testing.T, f func()) (msg string) {
-	t.Helper()
-	defer func() {
-		r := recover()
-		require.NotNil(t, r, "no panic")
-		msg, _ = r.(string)
-		require.NotEmpty(t, msg, "panic value %v is not a message", r)
-	}()
-	f()
-	return ""
-}
-
 // TestPolicyKeysTripApart: two hosts in one Transport; one trips at its
 // own MinRequests while the other, on the defaults, does not.
 func TestPolicyKeysTripApart(t *testing.T) {
@@ -291,4 +278,42 @@ func TestPolicyCostsNothingPerRequest(t *testing.T) {
 	for _, tr := range []*Transport{plain, tuned} {
 		require.Zero(t, testing.AllocsPerRun(100, func() { _, _ = tr.RoundTrip(req) }))
 	}
+}
+
+// TestPolicyWildcardWithPortIsChecked: the options inside a wildcard
+// selector with a port are checked like any other: an invalid one makes
+// New panic rather than apply silently to no breaker.
+func TestPolicyWildcardWithPortIsChecked(t *testing.T) {
+	require.Panics(t, func() {
+		New(newDep(200), WithPolicy("*.internal:8443", WithFailureRate(7)))
+	}, "an invalid option inside WithPolicy must make New panic")
+}
+
+// TestPolicySelectorMatchesAMixedCaseCustomKey: a selector naming a key
+// that a custom KeyFunc returns in mixed case matches it.
+func TestPolicySelectorMatchesAMixedCaseCustomKey(t *testing.T) {
+	tr := New(newDep(200), WithKeyFunc(func(*http.Request) string { return "Billing" }),
+		WithPolicy("Billing", WithMinRequests(3)))
+	_, _ = get(t, tr, testURL)
+	s := tr.Snapshot()
+	require.Len(t, s, 1)
+	require.EqualValues(t, 3, s[0].Settings.MinRequests, "the policy of the key the KeyFunc returns")
+}
+
+// TestPolicySelectorLowerCasesAsHostKey: a selector's host is
+// lower-cased as HostKey lower-cases it, beyond ASCII too.
+func TestPolicySelectorLowerCasesAsHostKey(t *testing.T) {
+	tr := New(newDep(200), WithPolicy("ÄPI.test", WithMinRequests(3)))
+	_, err := get(t, tr, "http://ÄPI.test/")
+	require.NoError(t, err)
+	s := tr.Snapshot()
+	require.Len(t, s, 1)
+	require.Equal(t, "äpi.test", s[0].Key)
+	require.EqualValues(t, 3, s[0].Settings.MinRequests, "selector host lower-cased as HostKey does")
+}
+
+// TestPolicyStarInAWholeKeySelectorPanics: a "*" inside a whole-key
+// selector is refused by New's panic, as a bad selector.
+func TestPolicyStarInAWholeKeySelectorPanics(t *testing.T) {
+	require.Panics(t, func() { New(nil, WithPolicy("api.test GET /v1/*", WithMinRequests(3))) })
 }

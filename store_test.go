@@ -2,7 +2,6 @@ package httpbreaker
 
 import (
 	"math"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -10,73 +9,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 )
-
-// memStore is an in-memory Store: a fleet in one process. It delivers a
-// member's hints synchronously to every other member.
-type memStore struct {
-	mu        sync.Mutex
-	members   []*memMember
-	published []Hint
-	latest    map[string]Hint
-	lease     Lease // the answer to every ProbeLease
-	leaseAsks int
-	errors    uint64
-}
-
-type memMember struct {
-	s *memStore
-	f func(Hint)
-}
-
-func newMemStore() *memStore { return &memStore{latest: map[string]Hint{}, lease: LeaseUnavailable} }
-
-func (s *memStore) Join(f func(Hint)) Member {
-	m := &memMember{s: s, f: f}
-	s.mu.Lock()
-	s.members = append(s.members, m)
-	s.mu.Unlock()
-	return m
-}
-
-func (m *memMember) Publish(h Hint) {
-	s := m.s
-	s.mu.Lock()
-	s.published = append(s.published, h)
-	s.latest[h.Key] = h
-	members := append([]*memMember{}, s.members...)
-	s.mu.Unlock()
-	for _, o := range members {
-		if o != m {
-			o.f(h)
-		}
-	}
-}
-
-func (s *memStore) Lookup(key string) (Hint, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	h, ok := s.latest[key]
-	return h, ok
-}
-
-func (m *memMember) ProbeLease(string, time.Duration) Lease {
-	s := m.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.leaseAsks++
-	return s.lease
-}
-
-func (s *memStore) Errors() uint64 { return s.errors }
-
-func (s *memStore) hints() []Hint {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]Hint(nil), s.published...)
-}
-
-// publish sends h as if from another instance.
-func (s *memStore) publish(h Hint) { (&memMember{s: s}).Publish(h) }
 
 func TestStorePublishesOpenAndClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

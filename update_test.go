@@ -271,3 +271,125 @@ func TestUpdateUnderTraffic(t *testing.T) {
 		require.EqualValues(t, 1, transitions.Load(), "closed→open, exactly once")
 	})
 }
+
+// inFlight starts a call to testURL that d holds until d.release, and
+// returns its error once it has ended. The call has been admitted and
+// waits in d when inFlight returns.
+func inFlight(t *testing.T, tr *Transport, d *dep) <-chan error {
+	d.block()
+	before := d.calls.Load()
+	done := make(chan error, 1)
+	go func() {
+		_, err := get(t, tr, testURL)
+		done <- err
+	}()
+	synctest.Wait()
+	require.Equal(t, before+1, d.calls.Load(), "the call is admitted and waits in next")
+	return done
+}
+
+// TestUpdateLowerMinRequestsTripsOnOutcomeAdmittedBefore: a window
+// already holding enough failures for a min requests lowered by Update
+// trips on its next outcome, even one of a call admitted before the
+// Update.
+func TestUpdateLowerMinRequestsTripsOnOutcomeAdmittedBefore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var rec transitionLog
+		d := newDep(http.StatusInternalServerError)
+		tr := New(d, WithMinRequests(10), WithJitter(0), WithOnTransition(rec.record))
+		for range 5 {
+			_, _ = get(t, tr, testURL)
+		}
+		require.Equal(t, StateClosed, tr.State(testKey), "5 of min 10")
+		done := inFlight(t, tr, d)
+		require.NoError(t, tr.Update(WithMinRequests(3), WithJitter(0)))
+		d.release()
+		require.NoError(t, <-done)
+		require.Equal(t, StateOpen, tr.State(testKey), "6 failures of a new min 3: tripped")
+		last := rec.last(t)
+		require.Equal(t, ReasonFailureRate, last.Reason)
+		require.EqualValues(t, 6, last.Counts.Requests)
+	})
+}
+
+// TestUpdateHigherMinRequestsStopsTripOfCallAdmittedBefore: an operator
+// who raises min requests to stop a flapping breaker is not overruled by
+// calls already in flight: their outcomes decide by the new rule.
+func TestUpdateHigherMinRequestsStopsTripOfCallAdmittedBefore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(http.StatusInternalServerError)
+		tr := New(d, WithMinRequests(5), WithJitter(0))
+		for range 4 {
+			_, _ = get(t, tr, testURL)
+		}
+		done := inFlight(t, tr, d)
+		require.NoError(t, tr.Update(WithMinRequests(20), WithJitter(0)))
+		d.release()
+		require.NoError(t, <-done)
+		require.Equal(t, StateClosed, tr.State(testKey), "5 failures: the old min 5 would trip, the new min 20 does not")
+		for i := 6; i <= 20; i++ {
+			_, _ = get(t, tr, testURL)
+			want := StateClosed
+			if i == 20 {
+				want = StateOpen
+			}
+			require.Equal(t, want, tr.State(testKey), "failure %d", i)
+		}
+	})
+}
+
+// TestUpdateOpenTimeoutAppliesToTripByCallAdmittedBefore: a new open
+// timeout applies from the next open period, also when the call whose
+// outcome trips the breaker was admitted before the Update.
+func TestUpdateOpenTimeoutAppliesToTripByCallAdmittedBefore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var rec transitionLog
+		d := newDep(http.StatusInternalServerError)
+		tr := New(d, WithMinRequests(5), WithJitter(0), WithOpenTimeout(time.Second), WithOnTransition(rec.record))
+		for range 4 {
+			_, _ = get(t, tr, testURL)
+		}
+		done := inFlight(t, tr, d)
+		require.NoError(t, tr.Update(WithMinRequests(5), WithJitter(0), WithOpenTimeout(30*time.Second)))
+		d.release()
+		require.NoError(t, <-done)
+		require.Equal(t, 30*time.Second, openFor(t, tr), "the new open timeout")
+		last := rec.last(t)
+		require.Equal(t, StateOpen, last.To)
+		require.Equal(t, 30*time.Second, last.OpenFor)
+	})
+}
+
+// TestUpdateOpenTimeoutAppliesToReopenByProbeAdmittedBefore: the open
+// period after a failed probe is the open timeout the breaker holds when
+// the probe's outcome arrives, backed off, even for a probe admitted
+// before the Update.
+func TestUpdateOpenTimeoutAppliesToReopenByProbeAdmittedBefore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(http.StatusInternalServerError)
+		tr := tripped(t, d) // open for 1s
+		time.Sleep(time.Second)
+		done := inFlight(t, tr, d) // the probe
+		require.NoError(t, tr.Update(WithMinRequests(1), WithJitter(0), WithOpenTimeout(10*time.Second)))
+		d.release()
+		require.NoError(t, <-done)
+		require.Equal(t, 20*time.Second, openFor(t, tr), "the new 10s, doubled for the failed probe")
+	})
+}
+
+// TestUpdateProbesToCloseDecidesProbeAdmittedBefore: probes to close is
+// read when a probe's outcome arrives: lowered by Update while a probe is
+// in flight, that probe's success closes the breaker.
+func TestUpdateProbesToCloseDecidesProbeAdmittedBefore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(http.StatusInternalServerError)
+		tr := tripped(t, d, WithProbesToClose(3))
+		time.Sleep(time.Second)
+		d.set(http.StatusOK, nil)
+		done := inFlight(t, tr, d)
+		require.NoError(t, tr.Update(WithMinRequests(1), WithJitter(0), WithOpenTimeout(time.Second), WithProbesToClose(1)))
+		d.release()
+		require.NoError(t, <-done)
+		require.Equal(t, StateClosed, tr.State(testKey), "one good probe of a new probes-to-close 1")
+	})
+}
