@@ -51,7 +51,7 @@ func ExampleWithRejectAsError() {
 	_, err := client.Get("http://payments.internal/v1/charges")
 	var rejected *httpbreaker.RejectedError
 	if errors.Is(err, httpbreaker.ErrOpen) && errors.As(err, &rejected) {
-		fmt.Println("refused by", rejected.Key, "- retry in", rejected.RetryAfter().Round(time.Second))
+		fmt.Println("refused by", rejected.Key, "- retry in", time.Until(rejected.RetryAt).Round(time.Second))
 	}
 	// Output:
 	// refused by payments.internal - retry in 30s

@@ -39,12 +39,6 @@ type RejectedError struct {
 	at    int64 // the breaker's retryAt clock this error was made for
 }
 
-// RetryAfter returns how long from now until RetryAt, or 0 if it has
-// passed.
-func (e *RejectedError) RetryAfter() time.Duration {
-	return max(time.Until(e.RetryAt), 0)
-}
-
 // Error describes the rejection, naming the key. The RejectedErrors of one
 // open period are one shared value: do not modify one.
 func (e *RejectedError) Error() string {
@@ -54,7 +48,7 @@ func (e *RejectedError) Error() string {
 	case ErrRetryBudget:
 		return "httpbreaker: retry budget exhausted for " + e.Key
 	}
-	return "httpbreaker: circuit " + e.State.String() + " for " + e.Key + " (retry after " + e.RetryAfter().Round(time.Millisecond).String() + ")"
+	return "httpbreaker: circuit " + e.State.String() + " for " + e.Key + " (retry after " + max(time.Until(e.RetryAt), 0).Round(time.Millisecond).String() + ")"
 }
 
 // RetryableError reports false: a refusal is an answer, not a transient

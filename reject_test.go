@@ -146,13 +146,13 @@ func TestRejectAsError(t *testing.T) {
 		require.ErrorAs(t, err, &re)
 		require.Equal(t, testKey, re.Key)
 		require.Equal(t, StateOpen, re.State)
-		require.Equal(t, time.Second, re.RetryAfter())
+		require.Equal(t, time.Second, time.Until(re.RetryAt))
 		require.Equal(t, time.Now().Add(time.Second), re.RetryAt)
 		// The rejections of one open period share one error: no allocation.
 		_, err2 := tr.RoundTrip(mustReq(t, testURL))
 		require.Same(t, re, err2)
 		time.Sleep(400 * time.Millisecond)
-		require.Equal(t, 600*time.Millisecond, re.RetryAfter())
+		require.Equal(t, 600*time.Millisecond, time.Until(re.RetryAt))
 		require.Contains(t, re.Error(), "retry after 600ms")
 		require.Contains(t, err.Error(), "circuit open")
 
@@ -217,7 +217,7 @@ func TestRejectedErrorWhenHalfOpenAndBulkhead(t *testing.T) {
 		var re *RejectedError
 		require.ErrorAs(t, err, &re)
 		require.Equal(t, StateHalfOpen, re.State)
-		require.Equal(t, time.Second, re.RetryAfter())
+		require.Equal(t, time.Second, time.Until(re.RetryAt))
 		require.Contains(t, re.Error(), "circuit half-open for api.test")
 		d.release()
 	})

@@ -52,7 +52,7 @@ func JSONRejection(req *http.Request, err error) (*http.Response, error) {
 	retry := time.Second
 	var rej *RejectedError
 	if errors.As(err, &rej) {
-		retry = rej.RetryAfter()
+		retry = time.Until(rej.RetryAt)
 	}
 	resp := rejection(req, retry)
 	resp.Header["Content-Type"] = []string{"application/json"}

@@ -119,7 +119,7 @@ func describe(resp *github.Response, err error) string {
 	if errors.Is(err, httpbreaker.ErrOpen) {
 		var rej *httpbreaker.RejectedError
 		if errors.As(err, &rej) {
-			return fmt.Sprintf("%s (error, %s, retry after %s)", kindRejected, rej.State, rej.RetryAfter().Round(time.Second))
+			return fmt.Sprintf("%s (error, %s, retry after %s)", kindRejected, rej.State, time.Until(rej.RetryAt).Round(time.Second))
 		}
 		return kindRejected + " (error)"
 	}
