@@ -13,9 +13,17 @@ import (
 // WithPolicy included — and keeps every breaker's state: its window (a
 // breaker whose window length changes starts a fresh window, in the state
 // it is in), its open period and backoff, its probes and its generation.
-// New settings decide from the next decision on: an open breaker keeps
-// the open period it has, and calls already admitted finish under the
-// settings they were admitted with. A key switched to ModeOff loses its
+// Settings are of two kinds. A breaker's own decisions — the trip rule
+// (window, min requests, failure rate, throttle sustain), its open
+// periods (open and maximum open timeout, jitter, backoff), its probes,
+// its bulkhead and queue, its retry budget — are taken by the settings it
+// holds at the moment of the decision, whichever call's outcome triggers
+// it: a window that already holds enough failures for a lowered minimum
+// trips on its next outcome, even one of a call admitted before the
+// Update, and the next open period lasts the new open timeout; an open
+// breaker keeps the open period it has. A call's own handling —
+// classifier, body errors, slow-call threshold, call timeout, fallback,
+// reject-as-error — stays as it was admitted. A key switched to ModeOff loses its
 // breaker; a key switched back from it starts closed. A bulkhead resized
 // applies at once: a larger one admits its waiters, oldest first, before
 // any newcomer; a smaller one admits nobody until the calls in flight
