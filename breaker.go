@@ -207,18 +207,18 @@ type breaker struct {
 	results     [numProbeResults]int64    // probes by result; guarded by mu
 }
 
-// newBreaker returns a closed breaker for key, made at clock time now,
-// deciding by s and asking f (if not nil) for the fleet's probe lease.
-func newBreaker(key string, s *settings, now int64, f fleet) *breaker {
+// newBreaker returns a closed breaker for key, made at clock time now on
+// a clock that started at epoch, deciding by s and asking f (if not nil)
+// for the fleet's probe lease.
+func newBreaker(key string, s *settings, epoch time.Time, now int64, f fleet) *breaker {
 	b := new(breaker)
-	b.init(key, s, now, f)
+	b.init(key, s, epoch, now, f)
 	return b
 }
 
 // init makes b, which must be new, the breaker newBreaker returns.
-func (b *breaker) init(key string, s *settings, now int64, f fleet) {
-	b.key, b.fleet, b.since, b.created = key, f, now, now
-	b.epoch = time.Now().Add(-time.Duration(now))
+func (b *breaker) init(key string, s *settings, epoch time.Time, now int64, f fleet) {
+	b.key, b.fleet, b.epoch, b.since, b.created = key, f, epoch, now, now
 	b.cfg.Store(s)
 	w := new(window)
 	w.init(int64(s.window))
@@ -251,7 +251,7 @@ func genOf(w uint64) uint64  { return w >> 2 }
 // admit decides at clock time now, by state and settings s, whether a
 // call may go. An admitted call must be counted with count. (The
 // bulkhead, which comes before the state, is the circuit's: see
-// circuit.admit.)
+// circuit.admitBulkhead.)
 func (b *breaker) admit(now int64, s *settings) (ticket, rejectReason, *transition) {
 	if w := b.word.Load(); stateOf(w) == StateClosed {
 		return ticket{gen: genOf(w), start: now}, admitted, nil // nothing to hold
@@ -368,7 +368,7 @@ func (b *breaker) countProbe(tk ticket, o Outcome, now int64, retryAfter time.Du
 			reason = ReasonThrottled
 		}
 		b.noteRetryAfter(retryAfter, now, s)
-		return b.queueLocked(b.reopenLocked(now, s, reason))
+		return b.queueLocked(b.reopenLocked(now, s, reason, b.countsLocked(now)))
 	default:
 		b.results[probeIgnored]++
 	}
@@ -499,8 +499,7 @@ func (b *breaker) advanceLocked(now int64, s *settings, admission bool) *transit
 		case StateHalfOpen:
 			if at, ok := b.probeBoundLocked(s); ok && now >= at {
 				b.results[probeTimeout]++
-				tr = b.reopenLocked(at, s, ReasonProbeTimeout)
-				tr.Counts = b.countsLocked(now)
+				tr = b.reopenLocked(at, s, ReasonProbeTimeout, b.countsLocked(now))
 			}
 		}
 		if tr == nil {
@@ -596,10 +595,11 @@ func (b *breaker) openTotalLocked(now int64) int64 {
 }
 
 // reopenLocked reopens a half-open breaker at clock time at after a
-// failed probe cycle, with backoff, for reason. Requires mu held.
-func (b *breaker) reopenLocked(at int64, s *settings, reason Reason) *transition {
+// failed probe cycle, with backoff, for reason, decided on window counts
+// c. Requires mu held.
+func (b *breaker) reopenLocked(at int64, s *settings, reason Reason, c Counts) *transition {
 	b.cycles++
-	return b.openLocked(at, b.openDuration(at, s), reason, b.countsLocked(at))
+	return b.openLocked(at, b.openDuration(at, s), reason, c)
 }
 
 // openDuration is the base open timeout doubled per consecutive failed

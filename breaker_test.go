@@ -50,7 +50,7 @@ func mset(f func(*settings)) settings {
 // f, and returns it with every transition it reported, as "from→to@at".
 func runMachine(t *testing.T, s settings, f fleet, rows []mrow) (*breaker, []string) {
 	t.Helper()
-	b := newBreaker("k", &s, 0, f)
+	b := newBreaker("k", &s, time.Now(), 0, f)
 	calls := map[string]ticket{}
 	var log []string
 	note := func(tr *transition) {
@@ -253,7 +253,7 @@ func TestBreakerJitterStaysInBounds(t *testing.T) {
 	s := mset(func(s *settings) { s.minRequests, s.jitter, s.openTimeout, s.maxOpenTimeout = 1, 0.5, 10*sec, 10*sec })
 	seen := map[time.Duration]bool{}
 	for range 200 {
-		b := newBreaker("k", &s, 0, nil)
+		b := newBreaker("k", &s, time.Now(), 0, nil)
 		tk, _, _ := b.admit(0, &s)
 		require.NotNil(t, b.count(tk, bad, 0, time.Hour)) // even when Retry-After holds it at the cap
 		d := time.Duration(b.retryAt.Load())
@@ -385,7 +385,7 @@ func TestBreakerProbesOnlyWithAFleetLease(t *testing.T) {
 // probes in flight only, whatever the limit.
 func TestBreakerProbeSlotsAreNotPreallocated(t *testing.T) {
 	s := mset(func(s *settings) { s.halfOpenProbes = maxHalfOpenProbes })
-	b := newBreaker("k", &s, 0, nil)
+	b := newBreaker("k", &s, time.Now(), 0, nil)
 	require.Zero(t, cap(b.probes))
 }
 

@@ -116,18 +116,11 @@ func (h *bulkhead) refuseAll() {
 // limit is the size of c's bulkhead now: 0 for none.
 func (c *circuit) limit() int64 { return c.pol.Load().maxConcurrent }
 
-// admit decides at clock time now whether a call under policy p may go
-// through c: by c's bulkhead, when p has one, then by the breaker's
-// state. An admitted call gives back what it holds with release, after
-// its outcome is counted.
-func (c *circuit) admit(now int64, p *policy) (ticket, rejectReason, *transition) {
-	if p.maxConcurrent == 0 {
-		return c.b.admit(now, &p.settings) // nothing to hold: the bulkhead is not touched
-	}
-	return c.admitBulkhead(now, p)
-}
-
-// admitBulkhead is admit under a bulkhead. A newcomer takes a free place
+// admitBulkhead decides at clock time now whether a call under policy p,
+// which has a bulkhead, may go through c: by the bulkhead, then by the
+// breaker's state (RoundTrip calls breaker.admit alone for a policy
+// without one). An admitted call gives back its place with release,
+// after its outcome is counted. A newcomer takes a free place
 // only when nobody waits for one: waiters come first, oldest first. A
 // call that finds the bulkhead full while the breaker is open is refused
 // as open, so that its caller learns when the open period ends;

@@ -195,19 +195,19 @@ func TestBulkheadRefusesAsOpenWhenFullAndOpen(t *testing.T) {
 	c.b.configure(&p.settings)
 	ms := int64(time.Millisecond)
 
-	a, reason, _ := c.admit(0, &p)
+	a, reason, _ := c.admitBulkhead(0, &p)
 	require.Equal(t, admitted, reason, "a")
-	b, reason, _ := c.admit(0, &p)
+	b, reason, _ := c.admitBulkhead(0, &p)
 	require.Equal(t, admitted, reason, "b")
-	_, reason, _ = c.admit(0, &p)
+	_, reason, _ = c.admitBulkhead(0, &p)
 	require.Equal(t, rejectBulkhead, reason, "full and closed")
 	require.NotNil(t, c.b.count(a, OutcomeFailure, ms, 0), "a's failure opens the breaker")
 	state, _ := c.b.current(ms)
 	require.Equal(t, StateOpen, state)
-	_, reason, _ = c.admit(2*ms, &p) // a is counted, and holds its place until released
+	_, reason, _ = c.admitBulkhead(2*ms, &p) // a is counted, and holds its place until released
 	require.Equal(t, rejectOpen, reason, "full and open: refused as open")
 	c.release(a)
-	_, reason, _ = c.admit(2*ms, &p)
+	_, reason, _ = c.admitBulkhead(2*ms, &p)
 	require.Equal(t, rejectOpen, reason, "a place free, and open: refused by state")
 	require.EqualValues(t, 1, c.bulk.inflight.Load(), "b still holds its place; the refused call gave its back")
 	c.release(b)
@@ -225,7 +225,7 @@ func TestBulkheadHandsAnEndingCallsPlaceToItsWaiter(t *testing.T) {
 		_, _ = get(t, tr, testURL) // make the circuit
 		c := tr.breakers.get(testKey)
 		// B is admitted and holds the one place.
-		tkB, reason, _ := c.admit(tr.now(), c.pol.Load())
+		tkB, reason, _ := c.admitBulkhead(tr.now(), c.pol.Load())
 		require.Equal(t, admitted, reason)
 		require.True(t, tkB.place)
 		// A arrives: bulkhead full, joins, finds no place, waits.

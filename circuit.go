@@ -91,8 +91,7 @@ func (t *Transport) create(req *http.Request, key string) *circuit {
 	c := new(circuit)
 	pol := t.policies.Load().of(key)
 	c.pol.Store(pol)
-	c.b.init(strings.Clone(key), &pol.settings, now, t.member) // the key: not the request's memory
-	c.b.epoch = t.epoch
+	c.b.init(strings.Clone(key), &pol.settings, t.epoch, now, t.member) // the key: not the request's memory
 	t.breakers.insert(c)
 	t.mu.Unlock()
 	t.learn(c)

@@ -9,7 +9,8 @@ import (
 // option accepts durations up to time.Duration(math.MaxInt64), which
 // means "very long", never "already passed": a clock time plus a
 // duration saturates at the clock's end, and a deadline minus now
-// saturates at zero and below (time.Time.Sub saturates on its own).
+// saturates at zero and below (time.Time.Sub saturates on its own, and
+// RoundTrip relies on it for the deadline budget).
 
 // later returns clock time now plus d, saturated at the clock's ends:
 // a d the clock cannot reach gives math.MaxInt64, "never".
@@ -42,8 +43,3 @@ func scaled(d time.Duration, f float64) time.Duration {
 // wall is the wall time of clock time now on a Transport's clock, which
 // started at epoch: saturated, as time.Time.Add is.
 func wall(epoch time.Time, now int64) time.Time { return epoch.Add(time.Duration(now)) }
-
-// budget is the time a deadline leaves at wall time now: zero or less for
-// a deadline already passed (the zero time.Time included), however far in
-// the past; the longest duration for one too far in the future to say.
-func budget(deadline, now time.Time) time.Duration { return deadline.Sub(now) }

@@ -307,7 +307,7 @@ func testCircuit(key string) *circuit {
 	cfg := defaultConfig()
 	c := new(circuit)
 	c.pol.Store(&cfg.policy)
-	c.b.init(key, &cfg.policy.settings, 0, nil)
+	c.b.init(key, &cfg.policy.settings, time.Now(), 0, nil)
 	return c
 }
 

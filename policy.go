@@ -61,7 +61,7 @@ func (p *policy) judge(req *http.Request, o Outcome, err error, start, end int64
 // rejudge is judge for the outcomes its rules may change.
 func (p *policy) rejudge(req *http.Request, o Outcome, err error, start, end int64, epoch time.Time) Outcome {
 	switch {
-	case o == OutcomeFailure && err != nil && callerEnded(req, epoch.Add(time.Duration(end))) == endedByDeadline:
+	case o == OutcomeFailure && err != nil && callerEnded(req, wall(epoch, end)) == endedByDeadline:
 		return OutcomeIgnored
 	case o == OutcomeSuccess && p.slowCall > 0 && time.Duration(end-start) > p.slowCall:
 		return OutcomeFailure

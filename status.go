@@ -99,7 +99,7 @@ func (t *Transport) status(c *circuit, st *stats) Status {
 	s := Status{
 		Key:       c.key(),
 		State:     st.state,
-		Since:     t.epoch.Add(time.Duration(st.since)),
+		Since:     wall(t.epoch, st.since),
 		Reason:    st.reason,
 		Requests:  st.window.requests(),
 		Failures:  st.window[OutcomeFailure],
@@ -108,7 +108,7 @@ func (t *Transport) status(c *circuit, st *stats) Status {
 		Settings:  p.effective(),
 	}
 	if st.state == StateOpen {
-		s.RetryAt = t.epoch.Add(time.Duration(st.retryAt))
+		s.RetryAt = wall(t.epoch, st.retryAt)
 	}
 	return s
 }

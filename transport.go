@@ -217,7 +217,7 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	}
 	short := false
 	if d, ok := req.Context().Deadline(); ok {
-		short = budget(d, wall(t.epoch, now)) < minBudget
+		short = d.Sub(wall(t.epoch, now)) < minBudget // Sub saturates: a zero or far-past deadline left none
 	}
 	sent, upload := watchUpload(req)
 	if p.callTimeout > 0 {
