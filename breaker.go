@@ -113,9 +113,9 @@ type probeResult int
 
 const (
 	probeSuccess probeResult = iota // the dependency answered well
-	probeFailure                    // the dependency failed: reopened
+	probeFailure                    // the dependency failed, or throttled the probe: reopened
 	probeTimeout                    // the probe outlived the probe bound: reopened
-	probeIgnored                    // the caller cancelled, or the outcome was ignored or throttled
+	probeIgnored                    // the caller cancelled, or the outcome was ignored
 	numProbeResults
 )
 
