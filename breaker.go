@@ -113,9 +113,9 @@ type probeResult int
 
 const (
 	probeSuccess probeResult = iota // the dependency answered well
-	probeFailure                    // the dependency failed: reopened
+	probeFailure                    // the dependency failed, or throttled the probe: reopened
 	probeTimeout                    // the probe outlived the probe bound: reopened
-	probeIgnored                    // the caller cancelled, or the outcome was ignored or throttled
+	probeIgnored                    // the caller cancelled, or the outcome was ignored
 	numProbeResults
 )
 
@@ -671,12 +671,14 @@ func (b *breaker) displayLocked(now int64) (State, int64, Reason) {
 }
 
 // trip opens the breaker at clock time now for exactly d, whatever its
-// state: an operator's action, here or (fleet) on another instance. A
-// trip of an open breaker is no transition, but the breaker's reason
-// becomes ReasonTrip.
-func (b *breaker) trip(now int64, d time.Duration, fleet bool) *transition {
+// state: an operator's action, here or (fleet) on another instance,
+// whose breaker had backed off cycles failed probe cycles (the breaker
+// backs off from at least that many from now on). A trip of an open
+// breaker is no transition, but the breaker's reason becomes ReasonTrip.
+func (b *breaker) trip(now int64, d time.Duration, fleet bool, cycles int) *transition {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.cycles = max(b.cycles, cycles)
 	tr := b.openLocked(now, d, ReasonTrip, b.countsLocked(now))
 	b.operator = true
 	b.reason = ReasonTrip

@@ -113,9 +113,11 @@ func (t *Transport) settle(c *circuit, tk ticket, o Outcome, end int64, retryAft
 }
 
 // settleEvicted is settle for a call whose circuit, of key, was evicted.
+// A key whose mode is now off (an Update dropped its circuit) has no
+// breaker to count it.
 func (t *Transport) settleEvicted(key string, tk ticket, o Outcome, end int64, retryAfter time.Duration) *transition {
 	c := t.keyCircuit(nil, key)
-	if c == nil || c.key() != key {
+	if c == nil || c.key() != key || c.pol.Load().mode == ModeOff {
 		return nil
 	}
 	tk, ok := c.b.adopt(tk)

@@ -55,7 +55,7 @@ func newCollector(t *Transport) *collector {
 			"Calls of Transport.Update, by result: ok (the settings changed) or error (nothing changed).",
 			[]string{"result"}, nil),
 		probes: prometheus.NewDesc("breaker_probes_total",
-			"Half-open probes by result: success, failure (the dependency is still down), timeout (the probe outlived the probe bound) and ignored (cancelled or throttled).",
+			"Half-open probes by result: success, failure (the dependency is still down, or throttled the probe), timeout (the probe outlived the probe bound) and ignored (the caller cancelled, or the outcome was ignored).",
 			[]string{"breaker", "result"}, nil),
 	}
 	if ec, ok := t.store.(errorCounter); ok {

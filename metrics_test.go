@@ -188,3 +188,27 @@ func TestMetricsAndSnapshotMeetAKeyOnce(t *testing.T) {
 	require.Equal(t, int(numStates), n)
 	require.Len(t, tr.Snapshot(), 1)
 }
+
+// TestMetricsThrottledProbeIsAFailure: a probe answered 429 reopens the
+// breaker, so breaker_probes_total counts it as a failure, and the
+// series' help says so rather than calling it ignored.
+func TestMetricsThrottledProbeIsAFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := prometheus.NewPedanticRegistry()
+		d := newDep(500)
+		tr := tripped(t, d, WithMetrics(reg))
+		time.Sleep(time.Second)
+		d.set(http.StatusTooManyRequests, nil)
+		_, _ = get(t, tr, testURL) // the probe, throttled: reopens
+		require.Equal(t, StateOpen, tr.State(testKey))
+		require.Equal(t, 1.0, gaugeValue(t, reg, "breaker_probes_total", `result="failure"`))
+		require.Equal(t, 0.0, gaugeValue(t, reg, "breaker_probes_total", `result="ignored"`))
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			if mf.GetName() == "breaker_probes_total" {
+				require.Equal(t, "Half-open probes by result: success, failure (the dependency is still down, or throttled the probe), timeout (the probe outlived the probe bound) and ignored (the caller cancelled, or the outcome was ignored).", mf.GetHelp())
+			}
+		}
+	})
+}

@@ -214,9 +214,12 @@ func (s *selector) matches(key string) bool {
 }
 
 // example is a key the selector names, for checking what it resolves to.
+// A wildcard's is "*" and its suffix, which no host, host:port or
+// whole-key selector can name (none may hold a "*"): it resolves through
+// exactly the wildcards every other host under the suffix does.
 func (s *selector) example() string {
 	if s.kind == selWildcard {
-		return "x" + s.host
+		return "*" + s.host
 	}
 	return s.host
 }

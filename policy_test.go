@@ -317,3 +317,19 @@ func TestPolicySelectorLowerCasesAsHostKey(t *testing.T) {
 func TestPolicyStarInAWholeKeySelectorPanics(t *testing.T) {
 	require.Panics(t, func() { New(nil, WithPolicy("api.test GET /v1/*", WithMinRequests(3))) })
 }
+
+// TestPolicyWildcardCheckedApartFromAHostItCovers: a wildcard's settings
+// are checked on a key that only wildcards name, so a host selector
+// that happens to be spelled like the key the check uses neither hides
+// a wildcard that is invalid for every other host (whose breakers would
+// silently run under the Transport-wide policy) nor takes the blame for
+// a conflict that is its own.
+func TestPolicyWildcardCheckedApartFromAHostItCovers(t *testing.T) {
+	require.PanicsWithValue(t, `httpbreaker: WithMaxOpenTimeout: maximum open timeout 1m30s is shorter than the open timeout 2m0s (in WithPolicy("*.internal", ...))`, func() {
+		New(nil, WithMaxOpenTimeout(90*time.Second),
+			WithPolicy("*.internal", WithOpenTimeout(2*time.Minute)),
+			WithPolicy("x.internal", WithMaxOpenTimeout(3*time.Minute)))
+	})
+	_, err := ParseConfig([]byte(`{"policies": {"*.internal": {"max_open_timeout": "90s"}, "x.internal": {"open_timeout": "2m"}}}`))
+	require.EqualError(t, err, `httpbreaker: Config: policies["x.internal"].max_open_timeout: must be at least open_timeout (2m0s)`)
+}

@@ -137,7 +137,8 @@ type statusJSON struct {
 //	  "settings":{"mode":"enforce","failure_rate":0.5,"min_requests":20,"window":"10s",
 //	    "slow_call_threshold":"0s","open_timeout":"5s","max_open_timeout":"1m0s","jitter":0.2,
 //	    "half_open_probes":1,"probes_to_close":3,"throttle_sustain":"10s","max_concurrent":0,
-//	    "queue":0,"queue_wait":"0s","call_timeout":"0s","body_errors":false,"reject_as_error":false}}]}
+//	    "queue":0,"queue_wait":"0s","call_timeout":"0s","body_errors":false,"reject_as_error":false,
+//	    "retry_budget":{"ratio":0,"min_per_second":0}}}]}
 //
 // It names hosts, routes and states: mount it on an internal admin port
 // only, never on a mux that serves the public. It answers GET and HEAD;

@@ -141,7 +141,7 @@ func (t *Transport) take(c *circuit, h Hint) {
 				return
 			}
 		}
-		t.notify(c.b.trip(t.now(), d, true))
+		t.notify(c.b.trip(t.now(), d, true, h.Cycles))
 	case h.State == StateOpen:
 		t.notify(c.b.hintOpen(t.now(), time.Until(h.RetryAt), h.Cycles))
 	case h.State == StateClosed && h.Operator:
@@ -184,6 +184,14 @@ func (b *breaker) hintOpen(now int64, d time.Duration, cycles int) *transition {
 		tr.fleet = true
 	}
 	return b.queueLocked(tr)
+}
+
+// backoff is the breaker's count of consecutive failed probe cycles,
+// which its open hints carry.
+func (b *breaker) backoff() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.cycles
 }
 
 // hintClose takes a fleet's word at clock time now that the dependency

@@ -177,3 +177,31 @@ func TestOperatorActionsReachTheFleet(t *testing.T) {
 		require.Equal(t, StateClosed, b.State(testKey))
 	})
 }
+
+// TestOperatorTripCarriesTheBackoff: an operator's open hint carries the
+// breaker's backoff as every open hint does, also when the breaker was
+// open already, so that an instance that learns the trip backs off after
+// it as the tripping one does.
+func TestOperatorTripCarriesTheBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newMemStore()
+		opts := []Option{WithStore(s), WithMaxOpenTimeout(time.Hour)}
+		d := newDep(500)
+		a := tripped(t, d, opts...) // open for 1s
+		time.Sleep(time.Second)
+		_, _ = get(t, a, testURL) // the probe fails: one failed cycle, open for 2s
+		require.Equal(t, 2*time.Second, openFor(t, a))
+		a.Trip(testKey, time.Minute) // open already: still published
+		last := s.hints()[len(s.hints())-1]
+		require.True(t, last.Operator)
+		require.Equal(t, 1, last.Cycles, "the trip's hint carries the backoff")
+
+		late := New(d, append([]Option{WithMinRequests(1), WithJitter(0), WithOpenTimeout(time.Second)}, opts...)...)
+		resp, err := get(t, late, testURL)
+		require.NoError(t, err)
+		require.True(t, IsRejected(resp), "late learnt the trip")
+		time.Sleep(time.Minute)
+		_, _ = get(t, late, testURL) // late's probe fails: its second failed cycle, as a's would be
+		require.Equal(t, 4*time.Second, openFor(t, late))
+	})
+}

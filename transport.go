@@ -385,7 +385,8 @@ func (t *Transport) Trip(key string, d time.Duration) {
 		return
 	}
 	now := t.now()
-	t.operate(c, c.b.trip(now, d, false), Hint{Key: key, State: StateOpen, Operator: true, RetryAt: t.until(now, d)})
+	tr := c.b.trip(now, d, false, 0)
+	t.operate(c, tr, Hint{Key: key, State: StateOpen, Operator: true, RetryAt: t.until(now, d), Cycles: c.b.backoff()})
 }
 
 // until is the wall time d after clock time now, or the zero time for a

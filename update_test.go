@@ -393,3 +393,28 @@ func TestUpdateProbesToCloseDecidesProbeAdmittedBefore(t *testing.T) {
 		require.Equal(t, StateClosed, tr.State(testKey), "one good probe of a new probes-to-close 1")
 	})
 }
+
+// TestUpdateModeOffCountsNothingInFlight: calls in flight when Update
+// turns their key off end with no breaker to count them: their failures
+// open nothing, State stays closed, and no transition is reported to the
+// hook or the fleet.
+func TestUpdateModeOffCountsNothingInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(http.StatusInternalServerError)
+		d.block()
+		var log transitionLog
+		s := newMemStore()
+		tr := New(d, WithMinRequests(3), WithOnTransition(log.record), WithStore(s))
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Go(func() { _, _ = get(t, tr, testURL) })
+		}
+		synctest.Wait() // all three in flight
+		require.NoError(t, tr.Update(WithMinRequests(3), WithMode(ModeOff)))
+		d.release()
+		wg.Wait()
+		require.Equal(t, StateClosed, tr.State(testKey), "no breaker")
+		require.Empty(t, log.list())
+		require.Empty(t, s.hints(), "nothing told to the fleet")
+	})
+}
