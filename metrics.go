@@ -127,8 +127,11 @@ func (c *collector) emit(ch chan<- prometheus.Metric, k *circuit, m *stats) {
 	}
 	for r := rejectOpen; r < numReasons; r++ {
 		ch <- prometheus.MustNewConstMetric(c.rejections, counter, float64(k.rejected[r].Load()), key, r.String())
-		if k.pol.Load().mode == ModeShadow {
-			ch <- prometheus.MustNewConstMetric(c.shadowRejections, counter, float64(k.shadowed[r].Load()), key, r.String())
+		// A breaker that has run in shadow mode keeps its counts' series
+		// after an Update moves it to enforce: a counter that vanished
+		// would read as a reset.
+		if n := k.shadowed[r].Load(); n > 0 || k.pol.Load().mode == ModeShadow {
+			ch <- prometheus.MustNewConstMetric(c.shadowRejections, counter, float64(n), key, r.String())
 		}
 	}
 	for i, k := range transitionKinds {

@@ -78,6 +78,30 @@ func TestShadowModeMovesAsEnforcing(t *testing.T) {
 	require.Zero(t, gaugeValue(t, reg, "breaker_rejections_total", `reason="open"`))
 }
 
+// TestShadowCountsOutliveShadowMode: a breaker an Update moves from shadow
+// to enforce keeps the series of what it would have refused, at its count,
+// so that a dashboard's rate does not read it as a reset.
+func TestShadowCountsOutliveShadowMode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := prometheus.NewPedanticRegistry()
+		tr := New(newDep(500), WithMinRequests(1), WithMode(ModeShadow), WithMetrics(reg))
+		for range 3 {
+			_, err := get(t, tr, testURL)
+			require.NoError(t, err)
+		}
+		require.Equal(t, 2.0, gaugeValue(t, reg, "breaker_shadow_rejections_total", `reason="open"`))
+		require.NoError(t, tr.Update(WithMinRequests(1), WithMode(ModeEnforce)))
+		require.Equal(t, 2.0, gaugeValue(t, reg, "breaker_shadow_rejections_total", `reason="open"`))
+
+		never := prometheus.NewPedanticRegistry()
+		_, err := get(t, New(newDep(200), WithMetrics(never)), testURL)
+		require.NoError(t, err)
+		n, err := testutil.GatherAndCount(never, "breaker_shadow_rejections_total")
+		require.NoError(t, err)
+		require.Zero(t, n, "an enforcing breaker that never ran in shadow has no shadow series")
+	})
+}
+
 func TestOffModeHasNoBreaker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newDep(500)
