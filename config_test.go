@@ -78,6 +78,8 @@ func TestConfigBadValues(t *testing.T) {
 		{"a string for a number", `{"policies":{"pay":{"min_requests":"5"}}}`, []string{`policies["pay"]`, "min_requests"}},
 		{"bad selector", `{"policies":{"*":{"min_requests":5}}}`, []string{`policies["*"]`}},
 		{"bad wildcard", `{"policies":{"a.*.b":{"min_requests":5}}}`, []string{`policies["a.*.b"]`}},
+		{"a trailing space", `{"policies":{"pay.test ":{"min_requests":5}}}`, []string{`policies["pay.test "]`, "space"}},
+		{"a leading space", `{"policies":{" pay.test GET /":{"min_requests":5}}}`, []string{`policies[" pay.test GET /"]`, "space"}},
 		{"queue without a wait", `{"policies":{"pay":{"max_concurrent":2,"queue":3}}}`, []string{`policies["pay"].queue`, "wait"}},
 		{"maximum below the open timeout", `{"max_open_timeout":"10s","policies":{"pay":{"open_timeout":"20s"}}}`, []string{`policies["pay"].max_open_timeout: must be at least open_timeout (20s)`}},
 		{"negative min", `{"min_requests":-3}`, []string{"min_requests", "-3"}},

@@ -92,6 +92,8 @@ func (p *policy) rejudge(req *http.Request, o Outcome, err error, start, end int
 //   - a whole key, "api.github.com GET /search/issues" (a selector with a
 //     space), or any key a custom KeyFunc returns.
 //
+// A selector that starts or ends with a space is an error: no key does.
+//
 // A key's host is the key up to its first space, and its port what
 // follows the host's last colon when that is all digits. Hosts in
 // selectors are read exactly as HostKey reads keys: lower-cased, without
@@ -168,6 +170,10 @@ func parseSelector(s string) (selector, error) {
 		return fmt.Errorf("selector %q names no host: give a host, host:port, *.suffix or a whole key", s)
 	}
 	switch {
+	case strings.TrimSpace(s) != s:
+		// No key starts or ends with a space: such a selector, a typo in
+		// a file most likely, would apply to nothing.
+		return sel, fmt.Errorf("selector %q starts or ends with a space: it would name no breaker", s)
 	case host == "", host == "*", host == "*.":
 		return sel, noHost()
 	case strings.Contains(strings.TrimPrefix(s, "*."), "*"):
