@@ -33,8 +33,9 @@ type bulkhead struct {
 
 // waiter is one call in the line.
 type waiter struct {
-	ready chan struct{} // closed when the waiter has a place, or is refused as open
+	ready chan struct{} // closed when the waiter has a place, is refused as open, or is let go
 	open  bool          // set before ready is closed: the breaker opened
+	off   bool          // set before ready is closed: its key is off, with no bulkhead
 }
 
 // take takes a place if fewer than limit are taken. A limit of 0 (an
@@ -102,11 +103,18 @@ func (h *bulkhead) handOff(limit int64) bool {
 }
 
 // refuseAll refuses every waiter as open: the breaker opened.
-func (h *bulkhead) refuseAll() {
+func (h *bulkhead) refuseAll() { h.dismiss(func(w *waiter) { w.open = true }) }
+
+// letGo sends every waiter on without a place: an Update turned the key
+// off, so it has no bulkhead, and its circuit is gone.
+func (h *bulkhead) letGo() { h.dismiss(func(w *waiter) { w.off = true }) }
+
+// dismiss empties the line, marking each waiter before it is told.
+func (h *bulkhead) dismiss(mark func(*waiter)) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, w := range h.line {
-		w.open = true
+		mark(w)
 		close(w.ready)
 	}
 	h.line = nil
@@ -193,6 +201,11 @@ func (t *Transport) wait(req *http.Request, c *circuit, p *policy) (ticket, reje
 	if !ok {
 		return ticket{}, rejectBulkhead, nil, nil // the line is full
 	}
+	if c.evicted.Load() && c.bulk.leave(w) {
+		// The circuit is gone (an Update turned its key off) and let its
+		// line go before the call joined it: the call goes on too.
+		return ticket{}, admitted, nil, nil
+	}
 	c.wake() // a place freed before the call joined goes to the oldest waiter
 	timer := time.NewTimer(cur.queueWait)
 	defer timer.Stop()
@@ -213,6 +226,10 @@ func (t *Transport) wait(req *http.Request, c *circuit, p *policy) (ticket, reje
 	switch {
 	case w.open:
 		return ticket{}, rejectOpen, nil, nil
+	case w.off:
+		// Its key is off now: the call goes on as one that no breaker
+		// admitted, its outcome counted nowhere (see Transport.settle).
+		return ticket{}, admitted, nil, ended
 	case ended != nil:
 		c.giveBack() // a place came as the caller left
 		return ticket{}, admitted, nil, ended

@@ -449,6 +449,32 @@ func TestBulkheadRemovedAdmitsItsWaiters(t *testing.T) {
 	})
 }
 
+// TestBulkheadTurnedOffSendsItsWaiters: an Update that turns a key off
+// leaves it no breaker and no bulkhead, so the calls waiting in its line
+// go to next at once, and what they answer counts for nothing.
+func TestBulkheadTurnedOffSendsItsWaiters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newHeldDep()
+		opts := []Option{WithMaxConcurrent(1), WithQueue(5, time.Minute), WithMinRequests(1)}
+		tr := New(d, opts...)
+		ctx := context.Background()
+		h, w := send(t, ctx, tr, "h"), send(t, ctx, tr, "w")
+		require.Equal(t, []string{"h"}, d.order())
+		require.NoError(t, tr.Update(append(opts, WithMode(ModeOff))...))
+		synctest.Wait()
+		require.Equal(t, []string{"h", "w"}, d.order(), "no bulkhead: the waiter goes at once")
+		d.let("h", 500)
+		d.let("w", 500)
+		for _, c := range []chan result{h, w} {
+			r := <-c
+			require.NoError(t, r.err)
+			require.Equal(t, 500, r.resp.StatusCode, "next's own answer, not a refusal")
+		}
+		require.Empty(t, tr.Snapshot(), "an off key has no breaker")
+		require.Equal(t, StateClosed, tr.State(testKey))
+	})
+}
+
 // TestBulkheadResizedUnderTrafficLosesNoPlace: Updates that resize the
 // bulkhead between 1 and 8 while 64 callers go through it, on real
 // goroutines for the race detector: never more than 8 in next at once,

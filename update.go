@@ -24,7 +24,9 @@ import (
 // breaker keeps the open period it has. A call's own handling —
 // classifier, body errors, slow-call threshold, call timeout, fallback,
 // reject-as-error — stays as it was admitted. A key switched to ModeOff loses its
-// breaker; a key switched back from it starts closed. A bulkhead resized
+// breaker and its bulkhead: the calls waiting in its line go on at once,
+// and no outcome of its calls in flight is counted; a key switched back
+// from it starts closed. A bulkhead resized
 // applies at once: a larger one admits its waiters, oldest first, before
 // any newcomer; a smaller one admits nobody until the calls in flight
 // fall below it; no call in flight is cut.
@@ -93,6 +95,7 @@ func (t *Transport) update(opts []Option) error {
 	for _, k := range gone {
 		t.breakers.remove(k)
 		k.evicted.Store(true)
+		k.bulk.letGo() // after evicted: what they answer counts nowhere
 	}
 	t.mu.Unlock()
 	if l := t.logger; l != nil {
