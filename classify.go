@@ -81,7 +81,8 @@ type Classifier func(req *http.Request, resp *http.Response, err error) Outcome
 // is Ignored (see Transport.RoundTrip), and so is a call that failed while
 // reading the caller's own request body (a file that cannot be read, a
 // client that sent a malformed chunk through a proxy, an
-// http.MaxBytesReader's limit): the Transport watches the body it sends,
+// http.MaxBytesReader's limit, a body shorter or longer than the
+// request's ContentLength): the Transport watches the body it sends,
 // through a shallow copy of the request, and never reads the error text.
 // DefaultClassifier alone knows neither and counts such calls as
 // failures.

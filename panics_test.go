@@ -24,6 +24,7 @@ package httpbreaker
 // half-open.)
 
 import (
+	"context"
 	"net/http"
 	"testing"
 	"testing/synctest"
@@ -159,6 +160,46 @@ func TestPanicInClassifierClosesTheResponseBody(t *testing.T) {
 		requirePanics(t, tr)
 		require.True(t, body.closed.Load(), "the response nobody will see must be closed")
 	})
+}
+
+// shadowPanicObserver is an Observer that panics when told of a shadow
+// breaker's pass.
+type shadowPanicObserver struct{ nopObserver }
+
+func (shadowPanicObserver) Call(_ context.Context, c Call) {
+	if c.Shadow {
+		panic(panicValue)
+	}
+}
+
+// TestPanicInShadowPassClosesTheResponseBody: a shadow breaker lets
+// through a call it would have refused, and with an observer the call's
+// outcome is classified and observed after next answered. A panic in the
+// classifier or the observer there leaves a response nobody will see:
+// the Transport closes it, as on the enforcing path.
+func TestPanicInShadowPassClosesTheResponseBody(t *testing.T) {
+	for name, opts := range map[string][]Option{
+		"classifier": {WithObserver(nopObserver{}), WithClassifier(func(_ *http.Request, resp *http.Response, _ error) Outcome {
+			if resp != nil && resp.StatusCode == 200 {
+				panic(panicValue)
+			}
+			return OutcomeFailure
+		})},
+		"observer": {WithObserver(shadowPanicObserver{})},
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				d := newDep(500)
+				tr := tripped(t, d, append([]Option{WithMode(ModeShadow)}, opts...)...)
+				body := newBody("never read")
+				tr.next = rtFunc(func(r *http.Request) (*http.Response, error) {
+					return &http.Response{StatusCode: 200, Header: http.Header{}, Body: body, Request: r}, nil
+				})
+				requirePanics(t, tr) // open: a shadow pass
+				require.True(t, body.closed.Load(), "the response nobody will see must be closed")
+			})
+		})
+	}
 }
 
 func TestPanicInFallbackLeavesTheBreakerAlone(t *testing.T) {

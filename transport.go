@@ -231,13 +231,13 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		resp, err = g.endCallTimeout(sent, resp, err)
 	}
 	if reason != admitted { // a shadow breaker's pass
-		g.resp = nil
 		if len(t.observers) > 0 {
 			end := t.now()
 			o := p.judge(req, p.classify(req, resp, err), err, now, end, short, t.epoch)
 			t.observe(req.Context(), Call{Key: c.key(), State: c.refusedState(reason), Outcome: o,
 				Rejected: reason.String(), Shadow: true, Duration: time.Duration(end - now), QueueWait: queued})
 		}
+		g.resp = nil // after the classifier and observers: if they panic, g closes it
 		return resp, err
 	}
 

@@ -3,6 +3,7 @@ package httpbreaker
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net"
@@ -94,4 +95,50 @@ func TestHostileUploadsThroughAProxy(t *testing.T) {
 	require.Equal(t, "ok", string(body))
 	require.Equal(t, StateClosed, tr.State(target.Host))
 	require.Zero(t, tr.Snapshot()[0].Failures)
+}
+
+// TestCallerContentLengthMismatchNeverTrips: a request whose body is
+// shorter or longer than its ContentLength fails in next ("http:
+// ContentLength=10 with Body length 4") without the dependency's doing:
+// the caller's upload is wrong, and it cannot open a healthy dependency's
+// breaker for everyone.
+func TestCallerContentLengthMismatchNeverTrips(t *testing.T) {
+	t.Run("shorter, through net/http", func(t *testing.T) {
+		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+		}))
+		defer up.Close()
+		tr := New(nil, WithMinRequests(5))
+		defer tr.CloseIdleConnections()
+		for range 10 {
+			req, err := http.NewRequest(http.MethodPost, up.URL, strings.NewReader("part"))
+			require.NoError(t, err)
+			req.ContentLength = 10
+			_, err = tr.RoundTrip(req)
+			require.ErrorContains(t, err, "ContentLength=10 with Body length 4")
+		}
+		key := strings.TrimPrefix(up.URL, "http://")
+		require.Equal(t, StateClosed, tr.State(key))
+		s := tr.Snapshot()
+		require.Len(t, s, 1)
+		require.Zero(t, s[0].Failures, "ignored, not the dependency's failures")
+	})
+	t.Run("longer", func(t *testing.T) {
+		// net/http reads past ContentLength to find a longer body, and
+		// fails the call when the dependency has not answered first.
+		tr := New(rtFunc(func(r *http.Request) (*http.Response, error) {
+			n, _ := io.Copy(io.Discard, r.Body)
+			r.Body.Close()
+			return nil, fmt.Errorf("http: ContentLength=%d with Body length %d", r.ContentLength, n)
+		}), WithMinRequests(5))
+		for range 10 {
+			req, err := http.NewRequest(http.MethodPost, testURL, strings.NewReader("part"))
+			require.NoError(t, err)
+			req.ContentLength = 2
+			_, err = tr.RoundTrip(req)
+			require.Error(t, err)
+		}
+		require.Equal(t, StateClosed, tr.State(testKey))
+		require.Zero(t, tr.Snapshot()[0].Failures, "ignored, not the dependency's failures")
+	})
 }
