@@ -172,6 +172,9 @@ type breaker struct {
 	// budget counts first attempts and retries for the retry budget, in a
 	// window of the same length; made on first use (see budgetWindow).
 	budget atomic.Pointer[window]
+	// retryMu serializes takeRetry: concurrent retries cannot all pass on
+	// one allowance.
+	retryMu sync.Mutex
 
 	// cfg is the breaker's current settings, for what no call carries
 	// (State, Snapshot, time-driven transitions).

@@ -28,9 +28,12 @@ var ErrRetryBudget = errors.New("httpbreaker: retry budget exhausted")
 // 503 with Retry-After: 1 (see IsRejected), the fallback, or under
 // WithRejectAsError a *RejectedError that wraps ErrOpen and
 // ErrRetryBudget; it counts in breaker_rejections_total{reason="retry_budget"}
-// and for nothing in the window. First attempts are never refused by the
-// budget, and an open or half-open breaker refuses as it always does
-// first; a half-open breaker's probes are bounded by WithHalfOpenProbes,
+// and for nothing in the window. A retry spends its allowance when the
+// budget lets it go, before a bulkhead decides, so that retries sent
+// together cannot all pass on one allowance; one that a full bulkhead
+// then refuses has spent it all the same. First attempts are never
+// refused by the budget, and an open or half-open breaker refuses as it
+// always does first; a half-open breaker's probes are bounded by WithHalfOpenProbes,
 // not by the budget. In ModeShadow a retry over budget goes through and
 // counts in breaker_shadow_rejections_total{reason="retry_budget"}.
 //
@@ -180,20 +183,24 @@ func (b *breaker) budgetWindow() *window {
 	return b.budget.Load()
 }
 
-// allowRetry reports whether the budget of settings s lets one more retry
-// through at clock time now.
-func (b *breaker) allowRetry(now int64, s *settings) bool {
-	c := b.budgetWindow().sums(now)
+// takeRetry reports whether the budget of settings s lets one more retry
+// through at clock time now, and if so spends it at once, so that retries
+// deciding together cannot all pass on the same allowance. First attempts
+// earn allowance without the lock (see earn): more allowance than a retry
+// saw only makes its decision cautious.
+func (b *breaker) takeRetry(now int64, s *settings) bool {
+	w := b.budgetWindow()
+	b.retryMu.Lock()
+	defer b.retryMu.Unlock()
+	c := w.sums(now)
 	allowance := s.retryBudget.Ratio*float64(c[budgetFirst]) + s.retryBudget.MinPerSecond*s.window.Seconds()
-	return float64(c[budgetRetry]+1) <= math.Floor(allowance)
+	if float64(c[budgetRetry]+1) > math.Floor(allowance) {
+		return false
+	}
+	w.add(now, budgetRetry)
+	return true
 }
 
-// spend records, at clock time now, an admitted call in the budget: a
-// first attempt earns allowance, a retry spends it.
-func (b *breaker) spend(now int64, retry bool) {
-	if retry {
-		b.budgetWindow().add(now, budgetRetry)
-	} else {
-		b.budgetWindow().add(now, budgetFirst)
-	}
-}
+// earn records, at clock time now, an admitted first attempt in the
+// budget: it earns allowance.
+func (b *breaker) earn(now int64) { b.budgetWindow().add(now, budgetFirst) }

@@ -158,6 +158,40 @@ func TestRetryBudgetRefusal(t *testing.T) {
 	})
 }
 
+// TestRetryBudgetHoldsForConcurrentRetries: retries that pass the
+// budget together cannot all pass on the same allowance. Here a bulkhead
+// of 1 with a queue keeps them in flight between the budget's decision
+// and next: of five concurrent retries with an allowance of one, one goes
+// on and four are refused at once.
+func TestRetryBudgetHoldsForConcurrentRetries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newHeldDep()
+		tr := New(d, WithRetryBudget(0, 0.1), WithMaxConcurrent(1), WithQueue(10, time.Minute))
+		ctx := context.Background()
+		first := send(t, ctx, tr, "first")
+		var retries []chan result
+		for _, id := range []string{"r1", "r2", "r3", "r4", "r5"} {
+			retries = append(retries, send(t, MarkRetry(ctx), tr, id))
+		}
+		refused := 0
+		for _, r := range retries[1:] {
+			select {
+			case got := <-r:
+				require.NoError(t, got.err)
+				require.True(t, IsRejected(got.resp))
+				refused++
+			default:
+			}
+		}
+		require.Equal(t, 4, refused, "one retry of the allowance waits for its place; the others are refused")
+		d.let("first", 200)
+		synctest.Wait()
+		require.Equal(t, []string{"first", "r1"}, d.order())
+		d.let("r1", 200)
+		requireAnswered(t, first, retries[0])
+	})
+}
+
 func TestRetryBudgetAfterTheState(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newDep(500)

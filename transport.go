@@ -176,7 +176,7 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	reason := admitted
 	retry := p.budgeted() && isRetry(req)
 	switch {
-	case retry && stateOf(b.word.Load()) == StateClosed && !b.allowRetry(now, &p.settings):
+	case retry && stateOf(b.word.Load()) == StateClosed && !b.takeRetry(now, &p.settings):
 		reason = rejectRetryBudget // an open or half-open breaker refuses as it always does
 	case p.maxConcurrent != 0:
 		tk, reason, tr = c.admitBulkhead(now, p) // the bulkhead first, then the state
@@ -197,8 +197,8 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	}
 	if reason == admitted {
 		g.b, g.tk = c, tk
-		if p.budgeted() && tk.probe == 0 {
-			b.spend(now, retry) // only admitted first attempts earn allowance
+		if p.budgeted() && tk.probe == 0 && !retry {
+			b.earn(now) // only admitted first attempts earn allowance
 		}
 		t.notify(tr)
 	} else {
