@@ -71,10 +71,10 @@ func (w *watchedBody) count(err error) {
 	t, now, o := w.t, w.t.now(), OutcomeIgnored
 	defer func() {
 		tr := t.settle(w.c, w.tk, o, now, 0)
+		defer t.notify(tr) // after the observers, even if one panics
 		if len(t.observers) > 0 {
 			t.observeCall(w.req.Context(), w.c, w.tk, o, now, w.queued, tr)
 		}
-		t.notify(tr)
 	}()
 	if err == nil {
 		o = OutcomeSuccess

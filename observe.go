@@ -143,7 +143,8 @@ type Call struct {
 // breaker, on the caller's goroutine, with the request's context, when
 // the call's outcome is known or it is refused; calls for one key may
 // run at the same time, so Call must be safe for concurrent use. Neither
-// may block: the caller waits for them.
+// may block: the caller waits for them. A Call that panics reaches the
+// caller, and the transition its call caused is still reported.
 type Observer interface {
 	Transition(Transition)
 	Call(ctx context.Context, c Call)

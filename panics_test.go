@@ -25,6 +25,7 @@ package httpbreaker
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"testing"
 	"testing/synctest"
@@ -197,6 +198,42 @@ func TestPanicInShadowPassClosesTheResponseBody(t *testing.T) {
 				})
 				requirePanics(t, tr) // open: a shadow pass
 				require.True(t, body.closed.Load(), "the response nobody will see must be closed")
+			})
+		})
+	}
+}
+
+// movedPanicObserver is an Observer that panics when told of a call
+// that moved its breaker.
+type movedPanicObserver struct{ nopObserver }
+
+func (movedPanicObserver) Call(_ context.Context, c Call) {
+	if c.Moved != nil {
+		panic(panicValue)
+	}
+}
+
+// TestPanicInObserverStillReportsTheTransition: an observer that panics
+// when told of the call that tripped the breaker does not hold back the
+// transition: the hook hears of it before the panic reaches the caller.
+// It holds where the call is counted at the headers and at the body's
+// end (WithBodyErrors).
+func TestPanicInObserverStillReportsTheTransition(t *testing.T) {
+	for name, bodyErrors := range map[string]bool{"headers": false, "body end": true} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var moved []string
+				opts := []Option{WithMinRequests(1), WithObserver(movedPanicObserver{}),
+					WithOnTransition(func(tr Transition) { moved = append(moved, tr.From.String()+"→"+tr.To.String()) })}
+				if !bodyErrors {
+					requirePanics(t, New(newDep(500), opts...))
+				} else {
+					tr := New(bodyDep(func() io.ReadCloser { return errBody{} }), append(opts, WithBodyErrors())...)
+					resp, err := tr.RoundTrip(mustReq(t, testURL))
+					require.NoError(t, err)
+					require.PanicsWithValue(t, panicValue, func() { _, _ = io.ReadAll(resp.Body) })
+				}
+				require.Equal(t, []string{"closed→open"}, moved, "the transition is reported, panic or not")
 			})
 		})
 	}

@@ -260,7 +260,9 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		tr = t.settle(c, tk, o, end, retryAfter(resp, o))
 		c.release(tk) // after the count: a waiter must not take a place the count closed
 		if len(t.observers) > 0 {
+			g.tr = tr // an observer that panics must not hold it back
 			t.observeCall(req.Context(), c, tk, o, end, queued, tr)
+			g.tr = nil
 		}
 	}
 	t.notify(tr)
@@ -279,12 +281,14 @@ type guard struct {
 	tk     ticket             //
 	cancel context.CancelFunc // the call timeout's, until the body has it
 	resp   *http.Response     // a response its caller has not received
+	tr     *transition        // the call's transition, until it is delivered
 }
 
 // unwind runs when RoundTrip ends. After a panic it closes the request
 // body if next never had it, frees the call's bulkhead place and probe
-// slot (the call counts for nothing), and closes the response nobody will
-// see; the panic goes on to the caller. After a return there is nothing
+// slot (the call counts for nothing), closes the response nobody will
+// see, and delivers the transition the call caused if an observer
+// panicked before it was; the panic goes on to the caller. After a return there is nothing
 // left to do.
 func (g *guard) unwind() {
 	if g.unsent {
@@ -300,6 +304,7 @@ func (g *guard) unwind() {
 	if g.resp != nil && g.resp.Body != nil {
 		g.resp.Body.Close()
 	}
+	g.t.notify(g.tr)
 }
 
 // closeBody closes the request's body, if it has one.
