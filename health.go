@@ -29,8 +29,9 @@ type Health struct {
 // Health reports the breakers' state for a readiness check. It is not
 // ready only when the breaker of one of the critical keys is open or
 // half-open; any other breaker, however many and for however long, leaves
-// it ready and is listed in Open. Critical keys are matched exactly
-// against breaker keys: with WithRoutes, a route's key is its host key, a
+// it ready and is listed in Open. Critical keys are read as Trip, State
+// and Reset read keys (a host lower-cased, without a trailing dot or a
+// default port) and then matched whole, never as a prefix: with WithRoutes, a route's key is its host key, a
 // space and the pattern (see RouteKey), and the host key alone covers only
 // the requests that matched no pattern. A critical key without a live
 // breaker counts as closed.
@@ -53,6 +54,10 @@ type Health struct {
 // every few seconds, not for the request path.
 func (t *Transport) Health(critical ...string) Health {
 	h := Health{Ready: true}
+	critical = slices.Clone(critical)
+	for i, k := range critical {
+		critical[i] = canonicalHostKey(k)
+	}
 	for _, s := range t.Snapshot() {
 		if s.State == StateClosed || s.Mode == ModeShadow {
 			continue // a shadow breaker refuses nothing

@@ -75,16 +75,22 @@ func TestHealthCriticalOpen(t *testing.T) {
 	})
 }
 
-func TestHealthCriticalKeysAreExact(t *testing.T) {
+// TestHealthCriticalKeysAreWhole: a critical key is read as Trip and
+// State read keys, and matched whole, never as a prefix.
+func TestHealthCriticalKeysAreWhole(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tr := New(newDep(200), WithRoutes("GET /v1/users/{id}"))
 		tr.Trip("db.test GET /v1/users/{id}", time.Minute)
 		tr.Trip("db.test", time.Minute)
 		tr.Trip("db.test:8443", time.Minute)
 
-		h := tr.Health("DB.test", "db.test GET")
-		require.True(t, h.Ready, "no prefix or case folding")
+		h := tr.Health("db.tes", "db.test GET", "db.test:84")
+		require.True(t, h.Ready, "no prefix")
 		require.Len(t, h.Open, 3)
+		critical := []string{"DB.Test.", "db.test:8443"}
+		h = tr.Health(critical...)
+		require.Equal(t, []string{"db.test", "db.test:8443"}, h.CriticalOpen, "read as Trip and State read keys")
+		require.Equal(t, []string{"DB.Test.", "db.test:8443"}, critical, "the caller's slice is left alone")
 
 		h = tr.Health("db.test GET /v1/users/{id}")
 		require.Equal(t, []string{"db.test GET /v1/users/{id}"}, h.CriticalOpen)
