@@ -3,6 +3,7 @@ package httpbreaker
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -47,6 +48,9 @@ func (e *RejectedError) Error() string {
 		return "httpbreaker: too many concurrent requests for " + e.Key
 	case ErrRetryBudget:
 		return "httpbreaker: retry budget exhausted for " + e.Key
+	}
+	if e.at == math.MaxInt64 { // an operator's trip until Reset
+		return "httpbreaker: circuit " + e.State.String() + " for " + e.Key + " (until reset)"
 	}
 	return "httpbreaker: circuit " + e.State.String() + " for " + e.Key + " (retry after " + max(time.Until(e.RetryAt), 0).Round(time.Millisecond).String() + ")"
 }

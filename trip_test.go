@@ -316,6 +316,20 @@ func TestTripForeverAdvertisesAnHour(t *testing.T) {
 	})
 }
 
+// TestTripForeverSaysUntilReset: the error of a refusal by an "until
+// Reset" trip says so, not a wait of 292 years.
+func TestTripForeverSaysUntilReset(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := New(newDep(200), WithRejectAsError())
+		tr.Trip(testKey, time.Duration(math.MaxInt64))
+		_, err := get(t, tr, testURL)
+		require.EqualError(t, err, "httpbreaker: circuit open for "+testKey+" (until reset)")
+		tr.Trip(testKey, 90*time.Second)
+		_, err = get(t, tr, testURL)
+		require.EqualError(t, err, "httpbreaker: circuit open for "+testKey+" (retry after 1m30s)")
+	})
+}
+
 // TestResetStartsTheGenerationBeforeClearing: Reset must start a new
 // generation before it clears the window, or a call admitted before it,
 // which passed its generation check while the clear ran, adds its
