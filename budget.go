@@ -33,8 +33,8 @@ var ErrRetryBudget = errors.New("httpbreaker: retry budget exhausted")
 // together cannot all pass on one allowance; one that a full bulkhead
 // then refuses has spent it all the same. First attempts are never
 // refused by the budget, and an open or half-open breaker refuses as it
-// always does first; a half-open breaker's probes are bounded by WithHalfOpenProbes,
-// not by the budget. In ModeShadow a retry over budget goes through and
+// always does first; a half-open breaker's probes are bounded by
+// WithHalfOpenProbes, not by the budget. In ModeShadow a retry over budget goes through and
 // counts in breaker_shadow_rejections_total{reason="retry_budget"}.
 //
 // A request is a retry when any of these says so:

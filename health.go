@@ -31,9 +31,10 @@ type Health struct {
 // half-open; any other breaker, however many and for however long, leaves
 // it ready and is listed in Open. Critical keys are read as Trip, State
 // and Reset read keys (a host lower-cased, without a trailing dot or a
-// default port) and then matched whole, never as a prefix: with WithRoutes, a route's key is its host key, a
-// space and the pattern (see RouteKey), and the host key alone covers only
-// the requests that matched no pattern. A critical key without a live
+// default port) and then matched whole, never as a prefix: with
+// WithRoutes, a route's key is its host key, a space and the pattern (see
+// RouteKey), and the host key alone covers only the requests that matched
+// no pattern. A critical key without a live
 // breaker counts as closed.
 //
 // Name few critical keys, or none. A readiness probe that fails because a

@@ -288,8 +288,8 @@ type guard struct {
 // body if next never had it, frees the call's bulkhead place and probe
 // slot (the call counts for nothing), closes the response nobody will
 // see, and delivers the transition the call caused if an observer
-// panicked before it was; the panic goes on to the caller. After a return there is nothing
-// left to do.
+// panicked before it was; the panic goes on to the caller. After a return
+// there is nothing left to do.
 func (g *guard) unwind() {
 	if g.unsent {
 		closeBody(g.req)
