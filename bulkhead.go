@@ -29,6 +29,7 @@ type bulkhead struct {
 	waiting  atomic.Int64 // len(line), for giveBack to read without mu
 	mu       sync.Mutex
 	line     []*waiter // oldest first; guarded by mu
+	gone     bool      // letGo ran: whoever joins now is let go at once; guarded by mu
 }
 
 // waiter is one call in the line.
@@ -57,10 +58,15 @@ func (h *bulkhead) take(limit int64) bool {
 }
 
 // join adds a waiter at the end of the line, unless n are waiting
-// already.
+// already. After letGo, the waiter it returns is let go at once.
 func (h *bulkhead) join(n int64) (*waiter, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.gone {
+		w := &waiter{ready: make(chan struct{}), off: true}
+		close(w.ready)
+		return w, true
+	}
 	if int64(len(h.line)) >= n {
 		return nil, false
 	}
@@ -103,16 +109,25 @@ func (h *bulkhead) handOff(limit int64) bool {
 }
 
 // refuseAll refuses every waiter as open: the breaker opened.
-func (h *bulkhead) refuseAll() { h.dismiss(func(w *waiter) { w.open = true }) }
-
-// letGo sends every waiter on without a place: an Update turned the key
-// off, so it has no bulkhead, and its circuit is gone.
-func (h *bulkhead) letGo() { h.dismiss(func(w *waiter) { w.off = true }) }
-
-// dismiss empties the line, marking each waiter before it is told.
-func (h *bulkhead) dismiss(mark func(*waiter)) {
+func (h *bulkhead) refuseAll() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.dismissLocked(func(w *waiter) { w.open = true })
+}
+
+// letGo sends every waiter on without a place, now and whoever joins
+// later: an Update turned the key off, so it has no bulkhead, and its
+// circuit is gone.
+func (h *bulkhead) letGo() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.gone = true
+	h.dismissLocked(func(w *waiter) { w.off = true })
+}
+
+// dismissLocked empties the line, marking each waiter before it is told.
+// Requires h.mu held.
+func (h *bulkhead) dismissLocked(mark func(*waiter)) {
 	for _, w := range h.line {
 		mark(w)
 		close(w.ready)
@@ -200,11 +215,6 @@ func (t *Transport) wait(req *http.Request, c *circuit, p *policy) (ticket, reje
 	w, ok := c.bulk.join(cur.queue)
 	if !ok {
 		return ticket{}, rejectBulkhead, nil, nil // the line is full
-	}
-	if c.evicted.Load() && c.bulk.leave(w) {
-		// The circuit is gone (an Update turned its key off) and let its
-		// line go before the call joined it: the call goes on too.
-		return ticket{}, admitted, nil, nil
 	}
 	c.wake() // a place freed before the call joined goes to the oldest waiter
 	timer := time.NewTimer(cur.queueWait)

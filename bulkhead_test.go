@@ -475,6 +475,30 @@ func TestBulkheadTurnedOffSendsItsWaiters(t *testing.T) {
 	})
 }
 
+// TestBulkheadLetGoLetsLaterJoinersGo: a call that found the circuit
+// before an Update turned its key off, and joins the line after the line
+// was let go, is let go at once too, not left waiting on a line nobody
+// serves.
+func TestBulkheadLetGoLetsLaterJoinersGo(t *testing.T) {
+	var h bulkhead
+	early, ok := h.join(5)
+	require.True(t, ok)
+	h.letGo()
+	late, ok := h.join(5)
+	require.True(t, ok)
+	for _, w := range []*waiter{early, late} {
+		select {
+		case <-w.ready:
+		default:
+			t.Fatal("a waiter of a line let go still waits")
+		}
+		require.True(t, w.off)
+		require.False(t, w.open)
+	}
+	require.Zero(t, h.waiting.Load())
+	require.False(t, h.leave(late), "never in the line")
+}
+
 // TestBulkheadResizedUnderTrafficLosesNoPlace: Updates that resize the
 // bulkhead between 1 and 8 while 64 callers go through it, on real
 // goroutines for the race detector: never more than 8 in next at once,
