@@ -574,7 +574,7 @@ func (b *breaker) openLocked(at int64, d time.Duration, reason Reason, c Counts)
 	tr := b.setLocked(StateOpen, at, reason, c)
 	if tr != nil {
 		tr.retryAt, tr.cycles = until, b.cycles
-		if until != math.MaxInt64 {
+		if until != never {
 			tr.OpenFor = d
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"math"
 	"net/http"
 	"time"
 )
@@ -14,7 +13,7 @@ import (
 // itself and nil when req's own deadline is earlier.
 func (t *Transport) withCallTimeout(req *http.Request, now int64, d time.Duration) (*http.Request, context.CancelFunc) {
 	at := later(now, d)
-	if at == math.MaxInt64 {
+	if at == never {
 		return req, nil // a d the clock cannot reach cuts no call
 	}
 	deadline := wall(t.epoch, at)

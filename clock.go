@@ -12,12 +12,16 @@ import (
 // saturates at zero and below (time.Time.Sub saturates on its own, and
 // RoundTrip relies on it for the deadline budget).
 
+// never is the clock's end: the clock time later gives for a d the
+// clock cannot reach, such as an operator's trip until Reset.
+const never = math.MaxInt64
+
 // later returns clock time now plus d, saturated at the clock's ends:
-// a d the clock cannot reach gives math.MaxInt64, "never".
+// a d the clock cannot reach gives never.
 func later(now int64, d time.Duration) int64 {
 	switch {
 	case d > 0 && int64(d) > math.MaxInt64-now:
-		return math.MaxInt64
+		return never
 	case d < 0 && int64(d) < math.MinInt64-now:
 		return math.MinInt64
 	}

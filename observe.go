@@ -3,7 +3,6 @@ package httpbreaker
 import (
 	"context"
 	"log/slog"
-	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -275,7 +274,7 @@ func (t *Transport) report(tr *transition) {
 		switch tr.To {
 		case StateOpen:
 			h := Hint{Key: tr.Key, State: StateOpen, Cycles: tr.cycles, Operator: tr.operator}
-			if tr.retryAt != math.MaxInt64 { // else an operator's "until Reset": the zero time
+			if tr.retryAt != never { // else an operator's "until Reset": the zero time
 				h.RetryAt = wall(t.epoch, tr.retryAt)
 			}
 			s.Publish(h)

@@ -3,7 +3,6 @@ package httpbreaker
 import (
 	"context"
 	"errors"
-	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -49,7 +48,7 @@ func (e *RejectedError) Error() string {
 	case ErrRetryBudget:
 		return "httpbreaker: retry budget exhausted for " + e.Key
 	}
-	if e.at == math.MaxInt64 { // an operator's trip until Reset
+	if e.at == never { // an operator's trip until Reset
 		return "httpbreaker: circuit " + e.State.String() + " for " + e.Key + " (until reset)"
 	}
 	return "httpbreaker: circuit " + e.State.String() + " for " + e.Key + " (retry after " + max(time.Until(e.RetryAt), 0).Round(time.Millisecond).String() + ")"

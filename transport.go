@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -398,7 +397,7 @@ func (t *Transport) Trip(key string, d time.Duration) {
 // d the clock cannot reach ("until Reset", as the breaker reads it).
 func (t *Transport) until(now int64, d time.Duration) time.Time {
 	at := later(now, d)
-	if at == math.MaxInt64 { // the breaker's retryAt is the clock's end
+	if at == never {
 		return time.Time{}
 	}
 	return wall(t.epoch, at)
