@@ -391,6 +391,10 @@ func TestRecommendationsBulkheadAndCallTimeout(t *testing.T) {
 				bodies[i] = do(shop, "GET", "/recommendations/7", "").Body.String()
 				took[i] = time.Since(start)
 			})
+			// A millisecond apart, so that their call timeouts end one by
+			// one: outcomes that ended at the very instant of the trip
+			// could count on either side of it.
+			time.Sleep(time.Millisecond)
 		}
 		synctest.Wait() // all 10 are in the hung recommender
 		require.EqualValues(t, 10, next.calls.Load())
