@@ -35,8 +35,8 @@ import (
 // round-trips through encoding/json.
 //
 // Decoding refuses an unknown field, a selector or a field given twice,
-// and null for a field; a wrong type names the field and the form it
-// wants. Options (and ParseConfig) refuse a bad value or a relation that
+// and null for a field, inside retry_budget's object too; a wrong type
+// names the field and the form it wants. Options (and ParseConfig) refuse a bad value or a relation that
 // does not hold, naming the selector and the field as the file does:
 // policies["pricing.internal"].max_open_timeout: must be at least
 // open_timeout (30s).
@@ -171,6 +171,9 @@ func decodeValue(t reflect.Type, v json.RawMessage) (reflect.Value, string) {
 	if isNull(v) {
 		return reflect.Value{}, fmt.Sprintf("want %s, got null", formOf(t))
 	}
+	if msg := checkMembers(t, v); msg != "" {
+		return reflect.Value{}, msg
+	}
 	val := reflect.New(t)
 	dec := json.NewDecoder(bytes.NewReader(v))
 	dec.DisallowUnknownFields() // in a composite value too, nothing given is ignored
@@ -182,6 +185,34 @@ func decodeValue(t reflect.Type, v json.RawMessage) (reflect.Value, string) {
 		return reflect.Value{}, strings.TrimPrefix(msg, "json: ")
 	}
 	return val, ""
+}
+
+// checkMembers says what encoding/json would let pass unseen in v, a
+// composite value of struct type t: a member given twice (it keeps the
+// last) or null (it leaves the field at zero). It leaves the rest,
+// unknown members and wrong types, to the decoder.
+func checkMembers(t reflect.Type, v json.RawMessage) string {
+	if t.Kind() != reflect.Struct || !bytes.HasPrefix(bytes.TrimSpace(v), []byte("{")) {
+		return ""
+	}
+	err := eachMember(v, func(key, msg string) error {
+		if key == "" {
+			return errors.New(msg)
+		}
+		return errors.New(key + ": " + msg)
+	}, func(key string, m json.RawMessage) error {
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name == key && isNull(m) {
+				return fmt.Errorf("%s: want %s, got null", key, formOf(f.Type))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err.Error()
+	}
+	return ""
 }
 
 // eachMember calls f for each member of the JSON object b, in order, and

@@ -151,7 +151,8 @@ func TestConfigNarrowerLevelTurnsOffWhatAWiderOneTurnedOn(t *testing.T) {
 
 // TestConfigRefusesWhatWouldBeIgnored: a selector or a field given twice
 // (encoding/json would keep the last silently), two spellings of one
-// selector, and null for a field are errors naming them.
+// selector, and null for a field are errors naming them, inside a
+// composite value (retry_budget) too.
 func TestConfigRefusesWhatWouldBeIgnored(t *testing.T) {
 	for _, tc := range []struct{ json, want string }{
 		{`{"policies": {"pricing.internal": {"min_requests": 5}, "pricing.internal": {"jitter": 0}}}`,
@@ -165,6 +166,10 @@ func TestConfigRefusesWhatWouldBeIgnored(t *testing.T) {
 		{`{"policies": {"pay.test": {"reject_as_error": null}}}`, `httpbreaker: Config: policies["pay.test"].reject_as_error: want true or false, got null`},
 		{`{"policies": {"pay.test": null}}`, `httpbreaker: Config: policies["pay.test"]: want an object, got null`},
 		{`{"policies": null}`, `httpbreaker: Config: policies: want an object, got null`},
+		{`{"retry_budget": {"ratio": 0.1, "ratio": 0.5}}`, `httpbreaker: Config: retry_budget: ratio: given twice`},
+		{`{"policies": {"pay.test": {"retry_budget": {"min_per_second": 1, "ratio": 0.2, "min_per_second": 5}}}}`,
+			`httpbreaker: Config: policies["pay.test"].retry_budget: min_per_second: given twice`},
+		{`{"retry_budget": {"ratio": null, "min_per_second": 1}}`, `httpbreaker: Config: retry_budget: ratio: want a number, got null`},
 	} {
 		_, err := ParseConfig([]byte(tc.json))
 		require.EqualError(t, err, tc.want, tc.json)
