@@ -205,7 +205,8 @@ func (c *circuit) wake() {
 // wait is admission for a call under policy p that found c's bulkhead
 // full: it waits in c's line for a place, if the line as c's policy now
 // sets it has room and for as long as that policy's wait, then is
-// admitted by state. The error is the context's, for a caller that gave
+// admitted by state. A call that joins once the breaker is open is
+// refused as open at once, as the line was when it opened. The error is the context's, for a caller that gave
 // up waiting; such a call counts for nothing.
 func (t *Transport) wait(req *http.Request, c *circuit, p *policy) (ticket, rejectReason, *transition, error) {
 	cur := c.pol.Load() // the line's length and wait, as they are now
@@ -217,6 +218,12 @@ func (t *Transport) wait(req *http.Request, c *circuit, p *policy) (ticket, reje
 		return ticket{}, rejectBulkhead, nil, nil // the line is full
 	}
 	c.wake() // a place freed before the call joined goes to the oldest waiter
+	if c.b.openAt(t.now()) && c.bulk.leave(w) {
+		// The breaker opened after admission looked, and its report
+		// refused the line before the call joined: refused as open now,
+		// as the line was.
+		return ticket{}, rejectOpen, nil, nil
+	}
 	timer := time.NewTimer(cur.queueWait)
 	defer timer.Stop()
 	var ended error

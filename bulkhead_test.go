@@ -136,6 +136,29 @@ func TestQueueRefusedAsOpenWhenTheBreakerOpens(t *testing.T) {
 	})
 }
 
+// TestQueueJoinerAfterTheOpenIsRefusedAtOnce: a call that found the
+// bulkhead full while the breaker was closed, and reaches the line only
+// after the open was reported (so the line's refusal missed it), is
+// refused as open at once rather than waiting for a place.
+func TestQueueJoinerAfterTheOpenIsRefusedAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newHeldDep()
+		tr := New(d, WithMaxConcurrent(1), WithQueue(5, time.Minute), WithRejectAsError())
+		h1 := send(t, context.Background(), tr, "h1") // holds the only place
+		tr.Trip("api.test", time.Hour)                // reported with nobody in the line
+		req := mustReq(t, testURL)
+		c := tr.circuit(req)
+		start := time.Now()
+		_, reason, _, err := tr.wait(req, c, c.pol.Load()) // as if admission saw it closed
+		require.NoError(t, err)
+		require.Equal(t, rejectOpen, reason)
+		require.Zero(t, time.Since(start), "refused without waiting")
+		require.Zero(t, c.bulk.waiting.Load(), "not left in the line")
+		d.let("h1", 200)
+		require.NoError(t, (<-h1).err)
+	})
+}
+
 // TestQueueLosesNoPlace: 200 callers through a bulkhead of 8 and a line
 // of 64, on real goroutines for the race detector: never more than 8 in
 // next at once, and every place given back.
