@@ -52,8 +52,9 @@ var ErrRetryBudget = errors.New("httpbreaker: retry budget exhausted")
 // the extra load retries put on a failing one. WithRetryBudget(0.2, 10)
 // follows Finagle's defaults. Both must be finite and non-negative;
 // WithRetryBudget(0, 0) turns off a budget a wider level set. A budget
-// costs the closed path the reading of three headers and one atomic add
-// per call; without one, nothing.
+// costs each call on the closed path a look for the context's mark, two
+// header reads and one atomic add (a retry also takes a lock); without
+// one, nothing.
 func WithRetryBudget(ratio, minPerSecond float64) Option {
 	return retryBudgetRow.with(RetryBudget{Ratio: ratio, MinPerSecond: minPerSecond})
 }

@@ -359,11 +359,13 @@ func WithRejectAsError() Option { return rejectAsErrorRow.with(true) }
 // WithPolicy("web.internal", WithoutRejectAsError()).
 func WithoutRejectAsError() Option { return rejectAsErrorRow.with(false) }
 
-// WithLogger logs transitions through l: opening at Warn (with the failure
-// rate and sample size that tripped it), half-open and closing at Info
-// [none]. Like the state-change hook it runs on the goroutine that caused
-// the transition, with no lock held; nothing is logged per request. A nil
-// l turns logging off.
+// WithLogger logs transitions through l: opening at Warn, half-open and
+// closing at Info [none]. Each record carries the reason and the window's
+// counts it was decided on (requests, failures, throttled), and opening
+// also the open period chosen (open_for). Like the hook of
+// WithOnTransition it runs with no lock held, on the goroutine that
+// caused the transition or found it due; nothing is logged per request. A
+// nil l turns logging off.
 func WithLogger(l *slog.Logger) Option {
 	return structural("WithLogger", func(c *config) { c.logger = l })
 }

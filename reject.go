@@ -28,11 +28,13 @@ type RejectedError struct {
 	// State is the breaker's state when it refused: StateOpen, or
 	// StateHalfOpen with every probe slot taken, or StateClosed or
 	// StateHalfOpen for a full bulkhead (an open breaker refuses as open
-	// even when its bulkhead is full).
+	// even when its bulkhead is full), or StateClosed for a retry over
+	// its budget (an open or half-open breaker refuses by its state
+	// first).
 	State State
 	// RetryAt is when the breaker may admit a probe: the end of the open
-	// period, or a second after the rejection when half-open or for a
-	// full bulkhead.
+	// period, or a second after the rejection when half-open, for a full
+	// bulkhead or for a retry over its budget.
 	RetryAt time.Time
 
 	cause error // ErrBulkheadFull or ErrRetryBudget; nil when refused by state

@@ -130,9 +130,10 @@ type statusJSON struct {
 
 // StatusHandler returns a handler that serves Snapshot as JSON, each
 // breaker's settings under the declarative form's names and in its
-// formats (see Config), every tunable included:
+// formats (see Config), every tunable included; "reason" is left out for
+// a breaker closed since it was made, and "retry_at" unless it is open:
 //
-//	{"breakers":[{"key":"api.example.com","state":"open","since":"…","retry_at":"…",
+//	{"breakers":[{"key":"api.example.com","state":"open","since":"…","reason":"failure_rate","retry_at":"…",
 //	  "requests":40,"failures":31,"throttled":0,"failure_rate":0.775,"mode":"enforce",
 //	  "settings":{"mode":"enforce","failure_rate":0.5,"min_requests":20,"window":"10s",
 //	    "slow_call_threshold":"0s","open_timeout":"5s","max_open_timeout":"1m0s","jitter":0.2,
