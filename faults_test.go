@@ -305,7 +305,7 @@ func faultBodyFault(t *testing.T, timeout time.Duration, serve func(t *testing.T
 // the hang a breaker most needs to see. By default the call counted as a
 // success when its headers came; WithBodyErrors counts the deadline.
 func TestFaultBodyStallsPastClientTimeout(t *testing.T) {
-	faultBodyFault(t, 100*time.Millisecond, func(t *testing.T) (*http.Transport, string, string) {
+	faultBodyFault(t, loopbackTimeout, func(t *testing.T) (*http.Transport, string, string) {
 		stop := make(chan struct{})
 		srv := faultServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			_, _ = io.WriteString(w, "partial")
@@ -332,7 +332,7 @@ func TestFaultHeadersNeverComeClientTimeout(t *testing.T) {
 		}
 	}), false, false)
 	t.Cleanup(func() { close(stop) }) // runs before srv.Close, which waits for handlers
-	rig := newFaultRig(t, cleanhttp.DefaultPooledTransport(), 100*time.Millisecond)
+	rig := newFaultRig(t, cleanhttp.DefaultPooledTransport(), loopbackTimeout)
 	key := srv.Listener.Addr().String()
 	for i := range int64(3) {
 		_, err := rig.get(srv.URL)

@@ -35,6 +35,12 @@ const century = 100 * 365 * 24 * time.Hour
 // errConnRefused stands for a connection error.
 var errConnRefused = errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
 
+// loopbackTimeout is the client Timeout of the loopback tests whose calls
+// must time out and count: far past minBudget, so that a stall of a
+// loaded machine between the client setting its deadline and the breaker
+// admitting the call cannot leave the call too short a budget to count.
+const loopbackTimeout = 400 * time.Millisecond
+
 // rtFunc is an in-memory RoundTripper.
 type rtFunc func(*http.Request) (*http.Response, error)
 

@@ -74,7 +74,7 @@ func TestIntegrationHandlerSlowerThanClientTimeout(t *testing.T) {
 	defer srv.Close()
 	defer close(stop)
 	tr := integrationTransport(t)
-	c := &http.Client{Transport: tr, Timeout: 100 * time.Millisecond}
+	c := &http.Client{Transport: tr, Timeout: loopbackTimeout}
 	for range 3 {
 		_, err := c.Get(srv.URL)
 		require.Error(t, err)
