@@ -190,15 +190,18 @@ func rejection(req *http.Request, retry time.Duration) *http.Response {
 		ContentLength: int64(len(rejectBody)),
 	}
 	r.ctx = rejectedCtx{Context: req.Context(), resp: &r.resp}
-	r.resp.Request = req.WithContext(&r.ctx)
+	r.req = *req.WithContext(&r.ctx)
+	r.resp.Request = &r.req
 	return &r.resp
 }
 
-// synthetic is a synthetic 503 with what it holds — its body, the
-// context that marks its Request, its header values — in one allocation.
+// synthetic is a synthetic 503 with what it holds — its body, its
+// Request (a copy of the rejected one), the context that marks it, its
+// header values — in one allocation.
 // Each response has its own: a caller may change it.
 type synthetic struct {
 	resp http.Response
+	req  http.Request // the rejected request, with ctx for its context
 	body rejectReader
 	ctx  rejectedCtx
 	vals [4]string
