@@ -206,8 +206,9 @@ func (c *circuit) wake() {
 // full: it waits in c's line for a place, if the line as c's policy now
 // sets it has room and for as long as that policy's wait, then is
 // admitted by state. A call that joins once the breaker is open is
-// refused as open at once, as the line was when it opened. The error is the context's, for a caller that gave
-// up waiting; such a call counts for nothing.
+// refused as open at once, as the line was when it opened. The error is
+// the context's, for a caller that gave up waiting; such a call counts
+// for nothing.
 func (t *Transport) wait(req *http.Request, c *circuit, p *policy) (ticket, rejectReason, *transition, error) {
 	cur := c.pol.Load() // the line's length and wait, as they are now
 	if cur.queue == 0 {

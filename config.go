@@ -36,8 +36,9 @@ import (
 //
 // Decoding refuses an unknown field, a selector or a field given twice,
 // and null for a field, inside retry_budget's object too; a wrong type
-// names the field and the form it wants. Options (and ParseConfig) refuse a bad value or a relation that
-// does not hold, naming the selector and the field as the file does:
+// names the field and the form it wants. Options (and ParseConfig) refuse
+// a bad value or a relation that does not hold, naming the selector and
+// the field as the file does:
 // policies["pricing.internal"].max_open_timeout: must be at least
 // open_timeout (30s).
 //
