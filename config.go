@@ -202,9 +202,11 @@ func checkMembers(t reflect.Type, v json.RawMessage) string {
 		}
 		return errors.New(key + ": " + msg)
 	}, func(key string, m json.RawMessage) error {
+		if !isNull(m) {
+			return nil
+		}
 		for i := range t.NumField() {
-			f := t.Field(i)
-			if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name == key && isNull(m) {
+			if f := t.Field(i); jsonName(f) == key {
 				return fmt.Errorf("%s: want %s, got null", key, formOf(f.Type))
 			}
 		}
