@@ -163,12 +163,15 @@ func TestPanicInClassifierClosesTheResponseBody(t *testing.T) {
 	})
 }
 
-// shadowPanicObserver is an Observer that panics when told of a shadow
-// breaker's pass.
-type shadowPanicObserver struct{ nopObserver }
+// panicObserver is an Observer that panics when told of a Call that
+// when picks.
+type panicObserver struct {
+	nopObserver
+	when func(Call) bool
+}
 
-func (shadowPanicObserver) Call(_ context.Context, c Call) {
-	if c.Shadow {
+func (o panicObserver) Call(_ context.Context, c Call) {
+	if o.when(c) {
 		panic(panicValue)
 	}
 }
@@ -186,7 +189,7 @@ func TestPanicInShadowPassClosesTheResponseBody(t *testing.T) {
 			}
 			return OutcomeFailure
 		})},
-		"observer": {WithObserver(shadowPanicObserver{})},
+		"observer": {WithObserver(panicObserver{when: func(c Call) bool { return c.Shadow }})},
 	} {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -203,16 +206,6 @@ func TestPanicInShadowPassClosesTheResponseBody(t *testing.T) {
 	}
 }
 
-// movedPanicObserver is an Observer that panics when told of a call
-// that moved its breaker.
-type movedPanicObserver struct{ nopObserver }
-
-func (movedPanicObserver) Call(_ context.Context, c Call) {
-	if c.Moved != nil {
-		panic(panicValue)
-	}
-}
-
 // TestPanicInObserverStillReportsTheTransition: an observer that panics
 // when told of the call that tripped the breaker does not hold back the
 // transition: the hook hears of it before the panic reaches the caller.
@@ -223,7 +216,7 @@ func TestPanicInObserverStillReportsTheTransition(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				var moved []string
-				opts := []Option{WithMinRequests(1), WithObserver(movedPanicObserver{}),
+				opts := []Option{WithMinRequests(1), WithObserver(panicObserver{when: func(c Call) bool { return c.Moved != nil }}),
 					WithOnTransition(func(tr Transition) { moved = append(moved, tr.From.String()+"→"+tr.To.String()) })}
 				if !bodyErrors {
 					requirePanics(t, New(newDep(500), opts...))
