@@ -14,10 +14,15 @@ import (
 // fault, never the dependency's.
 type uploadBody struct {
 	io.ReadCloser
-	want int64 // the request's ContentLength when it is known (> 0); else 0
-	read int64 // bytes read so far, by next's one reader
-	err  atomic.Bool
+	want   int64   // the request's ContentLength when it is known (> 0); else 0
+	read   int64   // bytes read so far, by next's one reader
+	upload *upload // what every body of the call reports to
 }
+
+// upload is what the bodies of one call report to: the request's own,
+// and each one next gets again through GetBody to send it once more (as
+// http.Transport does when a reused connection fails before an answer).
+type upload struct{ err atomic.Bool }
 
 // Read reads from the caller's body, remembering an error other than
 // io.EOF, and a body that turns out shorter or longer than its
@@ -27,26 +32,48 @@ func (u *uploadBody) Read(p []byte) (int, error) {
 	u.read += int64(n)
 	switch {
 	case err != nil && !errors.Is(err, io.EOF):
-		u.err.Store(true)
+		u.upload.err.Store(true)
 	case u.want > 0 && (u.read > u.want || err != nil && u.read < u.want):
-		u.err.Store(true)
+		u.upload.err.Store(true)
 	}
 	return n, err
 }
 
-// failed reports whether reading the body failed; false for nil.
-func (u *uploadBody) failed() bool { return u != nil && u.err.Load() }
+// failed reports whether reading a body of the call, or getting one
+// again, failed; false for nil.
+func (u *upload) failed() bool { return u != nil && u.err.Load() }
 
 // watchUpload returns the request to send for req: req itself when it
-// has no body, else a shallow copy whose Body is req's wrapped to tell
-// whether reading it failed. The caller's request is never modified.
-func watchUpload(req *http.Request) (*http.Request, *uploadBody) {
+// has no body, else a shallow copy whose Body, and each body its GetBody
+// returns, is req's wrapped to tell whether reading it failed. The
+// caller's request is never modified.
+func watchUpload(req *http.Request) (*http.Request, *upload) {
 	if req.Body == nil || req.Body == http.NoBody {
 		return req, nil
 	}
-	u := &uploadBody{ReadCloser: req.Body, want: max(req.ContentLength, 0)}
-	sent := new(http.Request)
-	*sent = *req
-	sent.Body = u
-	return sent, u
+	w := &watched{req: *req} // one allocation for the copy, its body and the flag
+	want := max(req.ContentLength, 0)
+	w.body = uploadBody{ReadCloser: req.Body, want: want, upload: &w.upload}
+	w.req.Body = &w.body
+	if get := req.GetBody; get != nil {
+		w.req.GetBody = func() (io.ReadCloser, error) {
+			body, err := get()
+			if err != nil {
+				w.upload.err.Store(true) // the caller's GetBody failed: so did its upload
+			}
+			if err != nil || body == nil || body == http.NoBody {
+				return body, err
+			}
+			return &uploadBody{ReadCloser: body, want: want, upload: &w.upload}, nil
+		}
+	}
+	return &w.req, &w.upload
+}
+
+// watched is the request watchUpload sends, with its body and the flag
+// its bodies report to.
+type watched struct {
+	req    http.Request
+	body   uploadBody
+	upload upload
 }

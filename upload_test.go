@@ -134,3 +134,102 @@ func TestCallerContentLengthMismatchNeverTrips(t *testing.T) {
 		require.Zero(t, tr.Snapshot()[0].Failures, "ignored, not the dependency's failures")
 	})
 }
+
+// TestRewoundUploadErrorsNeverTrip: a body next gets again through
+// GetBody, to send the request once more, is watched as the first one
+// is: when it fails to read, or GetBody itself fails, the call is the
+// caller's fault. The control: a rewound body that reads fine, and a
+// dependency that then fails, counts.
+func TestRewoundUploadErrorsNeverTrip(t *testing.T) {
+	// rewinding is what http.Transport does when a reused connection
+	// fails before an answer: it reads the body, then sends it again.
+	rewinding := rtFunc(func(r *http.Request) (*http.Response, error) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		r.Body.Close()
+		body, err := r.GetBody()
+		if err != nil {
+			return nil, err
+		}
+		defer body.Close()
+		if _, err := io.Copy(io.Discard, body); err != nil {
+			return nil, err
+		}
+		return nil, errors.New("read tcp 127.0.0.1:1->127.0.0.1:2: connection reset by peer")
+	})
+	for _, tc := range []struct {
+		name     string
+		getBody  func() (io.ReadCloser, error)
+		failures int64
+	}{
+		{"the rewound body fails to read", func() (io.ReadCloser, error) { return &failingUpload{n: 1}, nil }, 0},
+		{"GetBody fails", func() (io.ReadCloser, error) { return nil, errors.New("open /uploads/big.bin: no such file") }, 0},
+		{"control: the rewound body reads, the dependency fails", func() (io.ReadCloser, error) {
+			return io.NopCloser(strings.NewReader("part")), nil
+		}, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := New(rewinding, WithMinRequests(5))
+			for range 4 {
+				req, err := http.NewRequest(http.MethodPost, testURL, strings.NewReader("part"))
+				require.NoError(t, err)
+				req.GetBody = tc.getBody
+				_, err = tr.RoundTrip(req)
+				require.Error(t, err)
+			}
+			require.Equal(t, tc.failures, tr.Snapshot()[0].Failures)
+		})
+	}
+}
+
+// TestTransportRetryUploadErrorsNeverTrip: through a real http.Transport
+// that sends a replayable upload again on a new connection, after the
+// server closed the reused one, a body that then fails to read is the
+// caller's fault.
+func TestTransportRetryUploadErrorsNeverTrip(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for first := true; ; first = false {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			r := bufio.NewReader(conn)
+			if first { // answer the warm-up call, then close on the upload
+				if req, err := http.ReadRequest(r); err == nil {
+					_, _ = io.Copy(io.Discard, req.Body)
+					_, _ = io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+				}
+				if req, err := http.ReadRequest(r); err == nil {
+					_, _ = io.Copy(io.Discard, req.Body)
+				}
+			} else {
+				_, _ = io.Copy(io.Discard, r) // the retry, until the client gives up on it
+			}
+			conn.Close()
+		}
+	}()
+	tr := New(nil, WithMinRequests(1), WithFailureRate(0.01))
+	url := "http://" + ln.Addr().String() + "/upload"
+	warm, err := http.NewRequest(http.MethodGet, url, nil)
+	require.NoError(t, err)
+	resp, err := tr.RoundTrip(warm)
+	require.NoError(t, err)
+	resp.Body.Close()
+
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader("part"))
+	require.NoError(t, err)
+	req.Header.Set("Idempotency-Key", "upload-1") // replayable: http.Transport may send it again
+	req.GetBody = func() (io.ReadCloser, error) { return &failingUpload{}, nil }
+	_, err = tr.RoundTrip(req)
+	require.ErrorContains(t, err, "input/output error", "the retry read the rewound body")
+	require.Equal(t, StateClosed, tr.State(ln.Addr().String()))
+	require.Zero(t, tr.Snapshot()[0].Failures, "the caller's upload, not the dependency's failure")
+
+	tr.CloseIdleConnections()
+	ln.Close()
+	<-done
+}
