@@ -12,7 +12,7 @@ import (
 )
 
 // Config is the declarative form of a Transport's tunable settings, for a
-// service to embed in its own JSON configuration file and hand to New or
+// service to keep in its own JSON configuration file and hand to New or
 // Update through Options:
 //
 //	{
@@ -32,7 +32,11 @@ import (
 // own (a policy naming only "queue" keeps the inherited "queue_wait"). A
 // narrower level turns off what a wider one turned on: "body_errors":
 // false, "reject_as_error": false, "call_timeout": "0s". Config
-// round-trips through encoding/json.
+// round-trips through encoding/json. Make it a named field of the
+// service's own configuration (Breaker httpbreaker.Config
+// `json:"breaker"`): embedded without a name, its UnmarshalJSON would
+// decode the whole document, and refuse the service's own fields as
+// unknown.
 //
 // Decoding refuses an unknown field, a selector or a field given twice,
 // and null for a field, inside retry_budget's object too; a wrong type

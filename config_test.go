@@ -202,3 +202,25 @@ func TestConfigErrorsSpeakTheFilesTerms(t *testing.T) {
 		require.EqualError(t, err, tc.want, tc.json)
 	}
 }
+
+// TestConfigAsAFieldOfAServiceConfig holds Config's doc to what it says:
+// as a named field, a Config decodes beside the service's own fields;
+// embedded without a name, its UnmarshalJSON takes the whole document
+// and refuses them as unknown.
+func TestConfigAsAFieldOfAServiceConfig(t *testing.T) {
+	doc := []byte(`{"port": 8080, "breaker": {"failure_rate": 0.25}}`)
+	var named struct {
+		Port    int    `json:"port"`
+		Breaker Config `json:"breaker"`
+	}
+	require.NoError(t, json.Unmarshal(doc, &named))
+	require.Equal(t, 8080, named.Port)
+	require.Equal(t, 0.25, *named.Breaker.FailureRate)
+
+	var embedded struct {
+		Config
+		Port int `json:"port"`
+	}
+	require.EqualError(t, json.Unmarshal([]byte(`{"port": 8080, "failure_rate": 0.25}`), &embedded),
+		`httpbreaker: Config: unknown field "port"`)
+}
