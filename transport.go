@@ -365,18 +365,23 @@ func (t *Transport) State(key string) State {
 // it probes as usual; a d the clock cannot reach (time.Duration(math.MaxInt64))
 // keeps it open until Reset, and its refusals say Retry-After: 3600 (see
 // IsRejected). A d of zero or less does nothing; so does a key for which
-// the cap (WithMaxBreakers) leaves no room. With a Store (WithStore), it
+// the cap (WithMaxBreakers) leaves no room, or whose mode is off (it
+// logs so, and makes no breaker). With a Store (WithStore), it
 // opens key on every instance for exactly d.
 func (t *Transport) Trip(key string, d time.Duration) {
 	if d <= 0 {
 		return
 	}
 	key = canonicalHostKey(key)
-	c := t.breakers.get(key)
-	if c == nil && len(key) <= maxKeyLen {
-		c = t.create(nil, key)
+	ps := t.policies.Load()
+	off := ps != nil && ps.off(key) // then no circuit is made for it
+	var c *circuit
+	if !off {
+		if c = t.breakers.get(key); c == nil && len(key) <= maxKeyLen {
+			c = t.create(nil, key)
+		}
 	}
-	if c != nil && c.pol.Load().mode == ModeOff {
+	if off || c != nil && c.pol.Load().mode == ModeOff { // an Update may have turned it off since
 		if l := t.logger; l != nil {
 			l.Warn("httpbreaker: Trip: the key's mode is off: no breaker", "breaker", key)
 		}

@@ -1,6 +1,8 @@
 package httpbreaker
 
 import (
+	"bytes"
+	"log/slog"
 	"math"
 	"net/http"
 	"runtime"
@@ -374,4 +376,19 @@ func TestTripOpensForExactlyItsDurationUntilReset(t *testing.T) {
 		require.Equal(t, StateClosed, tr.State(testKey))
 		require.Equal(t, []string{testKey + ": closed→open", testKey + ": open→closed"}, log.list())
 	})
+}
+
+// TestTripOnAnOffKeyMakesNoBreaker: Trip on a key whose mode is off
+// says so in the log and makes no breaker for it, so it takes no place
+// under the cap; its requests still go straight to next.
+func TestTripOnAnOffKeyMakesNoBreaker(t *testing.T) {
+	var buf bytes.Buffer
+	d := newDep(200)
+	tr := New(d, WithLogger(slog.New(slog.NewTextHandler(&buf, nil))), WithPolicy(testKey, WithMode(ModeOff)))
+	tr.Trip(testKey, time.Hour)
+	require.Contains(t, buf.String(), "Trip: the key's mode is off: no breaker")
+	require.Zero(t, tr.breakers.live, "no circuit made for the off key")
+	resp, err := get(t, tr, testURL)
+	require.NoError(t, err)
+	require.False(t, IsRejected(resp), "no breaker: straight to next")
 }
