@@ -116,6 +116,9 @@ func (t *Transport) settle(c *circuit, tk ticket, o Outcome, end int64, retryAft
 // A key whose mode is now off (an Update dropped its circuit) has no
 // breaker to count it.
 func (t *Transport) settleEvicted(key string, tk ticket, o Outcome, end int64, retryAfter time.Duration) *transition {
+	if t.policies.Load().off(key) {
+		return nil // and no circuit is made for it
+	}
 	c := t.keyCircuit(nil, key)
 	if c == nil || c.key() != key || c.pol.Load().mode == ModeOff {
 		return nil

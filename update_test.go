@@ -395,9 +395,9 @@ func TestUpdateProbesToCloseDecidesProbeAdmittedBefore(t *testing.T) {
 }
 
 // TestUpdateModeOffCountsNothingInFlight: calls in flight when Update
-// turns their key off end with no breaker to count them: their failures
-// open nothing, State stays closed, and no transition is reported to the
-// hook or the fleet.
+// turns their key off end with no breaker to count them, and none is
+// made for them: their failures open nothing, State stays closed, and no
+// transition is reported to the hook or the fleet.
 func TestUpdateModeOffCountsNothingInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newDep(http.StatusInternalServerError)
@@ -413,6 +413,7 @@ func TestUpdateModeOffCountsNothingInFlight(t *testing.T) {
 		require.NoError(t, tr.Update(WithMinRequests(3), WithMode(ModeOff)))
 		d.release()
 		wg.Wait()
+		require.Zero(t, tr.breakers.live, "no breaker made to count them")
 		require.Equal(t, StateClosed, tr.State(testKey), "no breaker")
 		require.Empty(t, log.list())
 		require.Empty(t, s.hints(), "nothing told to the fleet")
