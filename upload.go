@@ -11,12 +11,15 @@ import (
 // the caller's upload (a file that cannot be read, a client that sent a
 // malformed chunk through a proxy, a MaxBytesReader's limit, a body
 // shorter or longer than the request's ContentLength) is the caller's
-// fault, never the dependency's.
+// fault, never the dependency's. A read that fails after next closed the
+// body (as HTTP/2 does when the dependency resets the stream during a
+// read) is next's doing, not the caller's.
 type uploadBody struct {
 	io.ReadCloser
-	want   int64   // the request's ContentLength when it is known (> 0); else 0
-	read   int64   // bytes read so far, by next's one reader
-	upload *upload // what every body of the call reports to
+	want   int64       // the request's ContentLength when it is known (> 0); else 0
+	read   int64       // bytes read so far, by next's one reader
+	closed atomic.Bool // next closed it
+	upload *upload     // what every body of the call reports to
 }
 
 // upload is what the bodies of one call report to: the request's own,
@@ -26,10 +29,14 @@ type upload struct{ err atomic.Bool }
 
 // Read reads from the caller's body, remembering an error other than
 // io.EOF, and a body that turns out shorter or longer than its
-// ContentLength (net/http then fails the call).
+// ContentLength (net/http then fails the call), unless next closed the
+// body first.
 func (u *uploadBody) Read(p []byte) (int, error) {
 	n, err := u.ReadCloser.Read(p)
 	u.read += int64(n)
+	if u.closed.Load() {
+		return n, err
+	}
 	switch {
 	case err != nil && !errors.Is(err, io.EOF):
 		u.upload.err.Store(true)
@@ -37,6 +44,12 @@ func (u *uploadBody) Read(p []byte) (int, error) {
 		u.upload.err.Store(true)
 	}
 	return n, err
+}
+
+// Close closes the caller's body; reads from then on are next's concern.
+func (u *uploadBody) Close() error {
+	u.closed.Store(true)
+	return u.ReadCloser.Close()
 }
 
 // failed reports whether reading a body of the call, or getting one
@@ -60,11 +73,12 @@ func watchUpload(req *http.Request) (*http.Request, *upload) {
 			body, err := get()
 			if err != nil {
 				w.upload.err.Store(true) // the caller's GetBody failed: so did its upload
-			}
-			if err != nil || body == nil || body == http.NoBody {
 				return body, err
 			}
-			return &uploadBody{ReadCloser: body, want: want, upload: &w.upload}, nil
+			if body == nil {
+				body = http.NoBody // net/http would read a nil one, and panic
+			}
+			return &uploadBody{ReadCloser: body, want: want, upload: &w.upload}, nil // NoBody too: it may be shorter than ContentLength
 		}
 	}
 	return &w.req, &w.upload

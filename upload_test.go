@@ -2,6 +2,7 @@ package httpbreaker
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -163,6 +164,8 @@ func TestRewoundUploadErrorsNeverTrip(t *testing.T) {
 	}{
 		{"the rewound body fails to read", func() (io.ReadCloser, error) { return &failingUpload{n: 1}, nil }, 0},
 		{"GetBody fails", func() (io.ReadCloser, error) { return nil, errors.New("open /uploads/big.bin: no such file") }, 0},
+		{"GetBody gives NoBody, shorter than ContentLength", func() (io.ReadCloser, error) { return http.NoBody, nil }, 0},
+		{"GetBody gives nil, shorter than ContentLength", func() (io.ReadCloser, error) { return nil, nil }, 0},
 		{"control: the rewound body reads, the dependency fails", func() (io.ReadCloser, error) {
 			return io.NopCloser(strings.NewReader("part")), nil
 		}, 4},
@@ -224,7 +227,9 @@ func TestTransportRetryUploadErrorsNeverTrip(t *testing.T) {
 	require.NoError(t, err)
 	req.Header.Set("Idempotency-Key", "upload-1") // replayable: http.Transport may send it again
 	req.GetBody = func() (io.ReadCloser, error) { return &failingUpload{}, nil }
-	_, err = tr.RoundTrip(req)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a failure, not a hang, if the transport ever sends it on a new connection
+	defer cancel()
+	_, err = tr.RoundTrip(req.WithContext(ctx))
 	require.ErrorContains(t, err, "input/output error", "the retry read the rewound body")
 	require.Equal(t, StateClosed, tr.State(ln.Addr().String()))
 	require.Zero(t, tr.Snapshot()[0].Failures, "the caller's upload, not the dependency's failure")
@@ -232,4 +237,62 @@ func TestTransportRetryUploadErrorsNeverTrip(t *testing.T) {
 	tr.CloseIdleConnections()
 	ln.Close()
 	<-done
+}
+
+// TestUploadClosedByNextCountsTheDependency: a read of the body that
+// fails because next closed it — as HTTP/2 does when the dependency
+// resets the stream while the upload streams — is next's doing: the
+// call counts as the dependency's failure, not as the caller's upload.
+func TestUploadClosedByNextCountsTheDependency(t *testing.T) {
+	reset := rtFunc(func(r *http.Request) (*http.Response, error) {
+		_, _ = io.ReadFull(r.Body, make([]byte, 4))
+		r.Body.Close() // the stream was reset
+		if _, err := r.Body.Read(make([]byte, 4)); err == nil {
+			return nil, errors.New("read after close succeeded")
+		}
+		return nil, errors.New("stream error: stream ID 1; INTERNAL_ERROR; received from peer")
+	})
+	tr := New(reset, WithMinRequests(5))
+	for range 4 {
+		pr, pw := io.Pipe()
+		go func() { _, _ = pw.Write([]byte("part")); _, _ = pw.Write([]byte("more")) }() // the second write ends when the body is closed
+		req, err := http.NewRequest(http.MethodPost, testURL, pr)
+		require.NoError(t, err)
+		_, err = tr.RoundTrip(req)
+		require.ErrorContains(t, err, "INTERNAL_ERROR")
+	}
+	require.EqualValues(t, 4, tr.Snapshot()[0].Failures, "the dependency's failures")
+}
+
+// TestHTTP2StreamResetDuringUploadCounts: over a real HTTP/2 connection, a
+// dependency that resets the stream while a streamed upload is being
+// sent fails the call, and the failure counts: the body's read error
+// after net/http closed it is not the caller's.
+func TestHTTP2StreamResetDuringUploadCounts(t *testing.T) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadFull(r.Body, make([]byte, 4))
+		panic(http.ErrAbortHandler) // resets the stream
+	}))
+	srv.EnableHTTP2 = true
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.StartTLS()
+	defer srv.Close()
+	client := srv.Client()
+	tr := New(client.Transport, WithMinRequests(3), WithFailureRate(0.5))
+	for range 3 {
+		pr, pw := io.Pipe()
+		go func() {
+			_, _ = pw.Write([]byte("part"))
+			_, _ = pw.Write([]byte("more")) // ends when net/http closes the body
+		}()
+		req, err := http.NewRequest(http.MethodPost, srv.URL, pr)
+		require.NoError(t, err)
+		resp, err := tr.RoundTrip(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		require.Error(t, err, "the stream was reset")
+	}
+	require.Equal(t, StateOpen, tr.State(strings.TrimPrefix(srv.URL, "https://")), "the dependency's failures open it")
+	client.CloseIdleConnections()
 }
