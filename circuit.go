@@ -60,7 +60,10 @@ func (t *Transport) keyCircuit(req *http.Request, key string) *circuit {
 // cap is reached, and has it learn what the fleet knows of key. Past the
 // cap with nothing to evict, it falls back to the request's host key
 // (for a request; nil for an operator's key), and returns nil when even
-// that has no room.
+// that has no room. Without a request (an operator's key, or the outcome
+// of a call whose circuit was evicted) a key whose mode is off gets none:
+// only requests, which come again, keep the circuit that says a key is
+// off.
 func (t *Transport) create(req *http.Request, key string) *circuit {
 	if t.policies.Load() == nil {
 		return nil // not made by New: no breakers
@@ -75,6 +78,9 @@ func (t *Transport) create(req *http.Request, key string) *circuit {
 		key = HostKey(req)
 	}
 	ps := t.policies.Load()
+	if req == nil && ps.off(key) {
+		return nil
+	}
 	if t.now() < t.nextEvict.Load() {
 		return t.existing(ps, req, key) // no room: t.mu would only say so
 	}
@@ -116,9 +122,6 @@ func (t *Transport) settle(c *circuit, tk ticket, o Outcome, end int64, retryAft
 // A key whose mode is now off (an Update dropped its circuit) has no
 // breaker to count it.
 func (t *Transport) settleEvicted(key string, tk ticket, o Outcome, end int64, retryAfter time.Duration) *transition {
-	if t.policies.Load().off(key) {
-		return nil // and no circuit is made for it
-	}
 	c := t.keyCircuit(nil, key)
 	if c == nil || c.key() != key || c.pol.Load().mode == ModeOff {
 		return nil

@@ -373,23 +373,17 @@ func (t *Transport) Trip(key string, d time.Duration) {
 		return
 	}
 	key = canonicalHostKey(key)
-	ps := t.policies.Load()
-	off := ps != nil && ps.off(key) // then no circuit is made for it
-	var c *circuit
-	if !off {
-		if c = t.breakers.get(key); c == nil && len(key) <= maxKeyLen {
-			c = t.create(nil, key)
-		}
+	c := t.breakers.get(key)
+	if c == nil && len(key) <= maxKeyLen {
+		c = t.create(nil, key) // none for a key whose mode is off
 	}
-	if off || c != nil && c.pol.Load().mode == ModeOff { // an Update may have turned it off since
+	if c == nil || c.pol.Load().mode == ModeOff {
 		if l := t.logger; l != nil {
-			l.Warn("httpbreaker: Trip: the key's mode is off: no breaker", "breaker", key)
-		}
-		return
-	}
-	if c == nil {
-		if l := t.logger; l != nil {
-			l.Warn("httpbreaker: Trip: no room for breaker", "breaker", key)
+			why := "no room for breaker"
+			if ps := t.policies.Load(); ps != nil && ps.off(key) {
+				why = "the key's mode is off: no breaker"
+			}
+			l.Warn("httpbreaker: Trip: "+why, "breaker", key)
 		}
 		return
 	}
