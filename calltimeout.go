@@ -33,7 +33,7 @@ func (g *guard) endCallTimeout(sent *http.Request, resp *http.Response, err erro
 	g.cancel = nil
 	switch {
 	case err != nil:
-		if errors.Is(sent.Context().Err(), context.DeadlineExceeded) && !errors.Is(err, context.DeadlineExceeded) {
+		if errors.Is(sent.Context().Err(), context.DeadlineExceeded) && !saysTimeout(err) {
 			err = &callTimeoutError{err: err}
 		}
 		cancel()
@@ -48,8 +48,18 @@ func (g *guard) endCallTimeout(sent *http.Request, resp *http.Response, err erro
 	return resp, err
 }
 
+// saysTimeout reports whether err itself, not an error it wraps, has a
+// Timeout method that reports true: url.Error.Timeout, which http.Client
+// callers ask, looks no deeper. A next that wraps the context's error
+// (fmt.Errorf("...: %w", err), as middleware does) says it only through
+// errors.Is.
+func saysTimeout(err error) bool {
+	t, ok := err.(interface{ Timeout() bool })
+	return ok && t.Timeout()
+}
+
 // callTimeoutError is the error of a call that its call timeout ended,
-// when next's own error does not say so.
+// when next's own error does not say so itself (see saysTimeout).
 type callTimeoutError struct{ err error }
 
 func (e *callTimeoutError) Error() string { return "httpbreaker: call timeout: " + e.err.Error() }

@@ -3,6 +3,7 @@ package httpbreaker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -106,6 +107,26 @@ func TestCallTimeoutIsAFailure(t *testing.T) {
 			require.True(t, ne.Timeout())
 		}
 		require.Equal(t, StateOpen, tr.State(testKey), "10ms is under the 50ms budget rule, and still a failure")
+	})
+}
+
+// TestCallTimeoutIsATimeoutWhenNextWrapsTheContextError: a next that
+// wraps the context's error, as middleware does, still gives the caller
+// of http.Client an error whose Timeout reports true (url.Error.Timeout
+// asks only the error it holds).
+func TestCallTimeoutIsATimeoutWhenNextWrapsTheContextError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		next := rtFunc(func(req *http.Request) (*http.Response, error) {
+			<-req.Context().Done()
+			return nil, fmt.Errorf("middleware: %w", req.Context().Err())
+		})
+		client := &http.Client{Transport: New(next, WithCallTimeout(100*time.Millisecond))}
+		_, err := client.Get(testURL)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.ErrorContains(t, err, "middleware: context deadline exceeded", "next's error is kept")
+		var ne net.Error
+		require.ErrorAs(t, err, &ne)
+		require.True(t, ne.Timeout(), "net.Error's Timeout through http.Client: %v", err)
 	})
 }
 
