@@ -198,6 +198,7 @@ type breaker struct {
 
 	mu          sync.Mutex
 	since       int64                     // clock time the current state began; guarded by mu
+	genSince    int64                     // clock time the current generation began (a Trip of an open breaker, a Reset of a closed one start one); guarded by mu
 	cycles      int                       // consecutive failed probe cycles; guarded by mu
 	probes      []probe                   // probes in flight; guarded by mu
 	probeSeq    uint64                    // the last probe id given; guarded by mu
@@ -221,7 +222,7 @@ func newBreaker(key string, s *settings, epoch time.Time, now int64, f fleet) *b
 
 // init makes b, which must be new, the breaker newBreaker returns.
 func (b *breaker) init(key string, s *settings, epoch time.Time, now int64, f fleet) {
-	b.key, b.fleet, b.epoch, b.since, b.created = key, f, epoch, now, now
+	b.key, b.fleet, b.epoch, b.since, b.genSince, b.created = key, f, epoch, now, now, now
 	b.cfg.Store(s)
 	w := new(window)
 	w.init(int64(s.window))
@@ -535,17 +536,20 @@ func (b *breaker) probeBoundLocked(s *settings) (int64, bool) {
 
 // setLocked moves to state to at clock time at, for reason, decided on
 // window counts c, and starts a new generation. It returns nil when the
-// state stays the same (a manual trip of an open breaker), which is not a
-// transition. Requires mu held.
+// state stays the same (a manual trip of an open breaker, a reset of a
+// closed one), which is not a transition: the state keeps the time it
+// began and its reason. Requires mu held.
 func (b *breaker) setLocked(to State, at int64, reason Reason, c Counts) *transition {
 	w := b.word.Load()
 	from := stateOf(w)
 	if from == StateOpen {
 		b.openNanos = b.openTotalLocked(at)
 	}
-	b.since = at
+	b.genSince = at
+	if from != to {
+		b.since, b.reason = at, reason
+	}
 	b.operator = false
-	b.reason = reason
 	b.probes = b.probes[:0]
 	b.successes = 0
 	b.retryHint.Store(0)
@@ -590,7 +594,7 @@ func (b *breaker) openLocked(at int64, d time.Duration, reason Reason, c Counts)
 func (b *breaker) openTotalLocked(now int64) int64 {
 	total := b.openNanos
 	if stateOf(b.word.Load()) == StateOpen {
-		total += max(min(now, b.retryAt.Load())-b.since, 0)
+		total += max(min(now, b.retryAt.Load())-b.genSince, 0) // the current open period began with its generation
 	}
 	total = max(total, b.openSeen)
 	b.openSeen = total

@@ -179,11 +179,14 @@ func (t *Transport) evictLocked(now int64) bool {
 
 // adopt returns a ticket of b's current generation for a call admitted
 // through another breaker of the same key (see Transport.settle), or
-// false when b is not closed: then the call was admitted in a state that
-// is over, and says nothing now.
+// false when b is not closed or has begun a generation since the call
+// was admitted (other than the one it was made in): then the call was
+// admitted in a state that is over, and says nothing now.
 func (b *breaker) adopt(tk ticket) (ticket, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	w := b.word.Load()
-	if stateOf(w) != StateClosed || tk.probe != 0 {
+	if stateOf(w) != StateClosed || tk.probe != 0 || b.genSince > max(tk.start, b.created) {
 		return ticket{}, false
 	}
 	tk.gen = genOf(w)

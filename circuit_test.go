@@ -192,6 +192,62 @@ func TestBreakerKeyDoesNotPinTheRequest(t *testing.T) {
 	require.False(t, key >= url && key < url+uintptr(len(raw)), "the key points into the request's URL")
 }
 
+// TestEvictedCallsLateOutcomeDoesNotDecideANewerState: a call admitted
+// in a breaker that was then evicted ends after the key's new breaker
+// has opened, probed and closed again. Its outcome belongs to a state
+// that is over: it must not count in the new closed one (here, its
+// failure would trip it again).
+func TestEvictedCallsLateOutcomeDoesNotDecideANewerState(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		gate := make(chan struct{})
+		var code atomic.Int64
+		code.Store(http.StatusOK)
+		next := rtFunc(func(req *http.Request) (*http.Response, error) {
+			if req.Header.Get("X-Hold") != "" {
+				<-gate
+				return response(req, http.StatusInternalServerError, nil), nil
+			}
+			return response(req, int(code.Load()), nil), nil
+		})
+		log := &transitionLog{}
+		tr := New(next, WithMaxBreakers(1), WithMinRequests(1), WithWindow(10*time.Second),
+			WithJitter(0), WithOpenTimeout(5*time.Second), WithProbesToClose(1), WithOnTransition(log.record))
+		send := func(url string) {
+			t.Helper()
+			resp, err := get(t, tr, url)
+			require.NoError(t, err)
+			resp.Body.Close()
+		}
+
+		done := make(chan struct{})
+		go func() { // admitted at 0 s in the key's first breaker
+			defer close(done)
+			req := mustReq(t, testURL)
+			req.Header.Set("X-Hold", "1")
+			if resp, err := tr.RoundTrip(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+		synctest.Wait()
+		time.Sleep(11 * time.Second)
+		send("http://other.test/") // evicts the key's breaker, its call in flight
+		require.Equal(t, []string{"other.test"}, keys(tr))
+		time.Sleep(11 * time.Second)
+		code.Store(http.StatusInternalServerError)
+		send(testURL) // a new breaker for the key; its failure trips it
+		require.Equal(t, StateOpen, tr.State(testKey))
+		time.Sleep(5 * time.Second)
+		code.Store(http.StatusOK)
+		send(testURL) // the probe succeeds: closed again
+		require.Equal(t, StateClosed, tr.State(testKey))
+
+		close(gate) // the call admitted three states ago fails now
+		<-done
+		require.Equal(t, StateClosed, tr.State(testKey), "transitions: %v", log.list())
+		require.Zero(t, tr.Snapshot()[0].Requests, "it counts for nothing")
+	})
+}
+
 // TestEvictedWithCallsInFlightStillTrips: under cap pressure a closed
 // breaker whose calls all hang has nothing in its window and is evicted
 // for other hosts. When the hung calls time out, their failures must

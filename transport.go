@@ -366,8 +366,10 @@ func (t *Transport) State(key string) State {
 // keeps it open until Reset, and its refusals say Retry-After: 3600 (see
 // IsRejected). A d of zero or less does nothing; so does a key for which
 // the cap (WithMaxBreakers) leaves no room, or whose mode is off (it
-// logs so, and makes no breaker). With a Store (WithStore), it
-// opens key on every instance for exactly d.
+// logs so, and makes no breaker). A Trip of an open breaker is no
+// transition: its open period starts again, for d, its Status.Since
+// stays, and its Status.Reason becomes ReasonTrip. With a Store
+// (WithStore), it opens key on every instance for exactly d.
 func (t *Transport) Trip(key string, d time.Duration) {
 	if d <= 0 {
 		return
@@ -412,8 +414,10 @@ func (t *Transport) operate(c *circuit, tr *transition, h Hint) {
 	t.notify(tr)
 }
 
-// Reset closes key's breaker and clears its counts and backoff. With a
-// Store (WithStore), it closes key's breaker on every instance.
+// Reset closes key's breaker and clears its counts and backoff. A Reset
+// of a closed breaker is no transition: its Status.Since and Reason
+// stay. With a Store (WithStore), it closes key's breaker on every
+// instance.
 func (t *Transport) Reset(key string) {
 	key = canonicalHostKey(key)
 	if c := t.breakers.get(key); c != nil {

@@ -392,3 +392,53 @@ func TestTripOnAnOffKeyMakesNoBreaker(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, IsRejected(resp), "no breaker: straight to next")
 }
+
+// TestTripOfAnOpenBreakerKeepsItsSince: a Trip of an open breaker is no
+// transition: Status.Since stays when the breaker entered open, its
+// Reason becomes trip, and the open time counts each instant once.
+func TestTripOfAnOpenBreakerKeepsItsSince(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := New(newDep(http.StatusOK), WithJitter(0))
+		resp, err := get(t, tr, testURL)
+		require.NoError(t, err)
+		resp.Body.Close()
+		tr.Trip(testKey, time.Minute)
+		first := tr.Snapshot()[0]
+		require.Equal(t, StateOpen, first.State)
+
+		time.Sleep(10 * time.Second)
+		tr.Trip(testKey, time.Minute) // open until 70 s from the first Trip
+		again := tr.Snapshot()[0]
+		require.Equal(t, StateOpen, again.State)
+		require.Equal(t, ReasonTrip, again.Reason)
+		require.Equal(t, first.Since, again.Since, "Since is when it entered open")
+		require.Equal(t, first.Since.Add(70*time.Second), again.RetryAt)
+
+		time.Sleep(2 * time.Minute)
+		st, _ := tr.breakers.get(testKey).b.stats(tr.now(), false)
+		require.Equal(t, 70*time.Second, st.open, "open from the first Trip to the end of the second")
+	})
+}
+
+// TestResetOfAClosedBreakerKeepsItsSinceAndReason: a Reset of a closed
+// breaker clears its counts but is no transition: Since stays when it
+// was made, and its Reason stays zero (the status page leaves it out).
+func TestResetOfAClosedBreakerKeepsItsSinceAndReason(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &transitionLog{}
+		tr := New(newDep(http.StatusInternalServerError), WithOnTransition(rec.record))
+		_, _ = get(t, tr, testURL)
+		made := tr.Snapshot()[0]
+		require.Zero(t, made.Reason)
+		require.EqualValues(t, 1, made.Failures)
+
+		time.Sleep(10 * time.Second)
+		tr.Reset(testKey)
+		require.Empty(t, rec.list(), "no transition")
+		after := tr.Snapshot()[0]
+		require.Equal(t, StateClosed, after.State)
+		require.Zero(t, after.Reason)
+		require.Equal(t, made.Since, after.Since)
+		require.Zero(t, after.Requests, "the counts are cleared")
+	})
+}
