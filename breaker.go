@@ -183,12 +183,6 @@ type breaker struct {
 	// throttleSince is 1 + the clock time at which 429s started to make
 	// up the failure rate, or 0 when they do not.
 	throttleSince atomic.Int64
-	// retryHint is the longest Retry-After (ns) seen on a failed or
-	// throttled response since the last transition, and retryHintAt the
-	// clock time it was seen: a hint older than the window is not one of
-	// the responses that trip the breaker, and counts for nothing.
-	retryHint   atomic.Int64
-	retryHintAt atomic.Int64
 
 	created int64     // clock time the breaker was made
 	epoch   time.Time // the wall time of clock time 0, for transitions' At
@@ -336,7 +330,7 @@ func (b *breaker) count(tk ticket, o Outcome, now int64, retryAfter time.Duratio
 	b.window().add(now, o)
 	if o == OutcomeFailure || o == OutcomeThrottled {
 		s := b.cfg.Load()
-		b.noteRetryAfter(retryAfter, now, s)
+		b.noteRetryAfter(retryAfter, now)
 		return b.maybeTrip(w, now, s, o == OutcomeThrottled)
 	}
 	return nil
@@ -371,7 +365,7 @@ func (b *breaker) countProbe(tk ticket, o Outcome, now int64, retryAfter time.Du
 		if o == OutcomeThrottled {
 			reason = ReasonThrottled
 		}
-		b.noteRetryAfter(retryAfter, now, s)
+		b.noteRetryAfter(retryAfter, now)
 		return b.queueLocked(b.reopenLocked(now, s, reason, b.countsLocked(now)))
 	default:
 		b.results[probeIgnored]++
@@ -401,28 +395,15 @@ func (b *breaker) releaseProbeLocked(id uint64) {
 	}
 }
 
-// noteRetryAfter keeps the longest Retry-After d of failed responses.
-func (b *breaker) noteRetryAfter(d time.Duration, now int64, s *settings) {
-	if d <= 0 {
-		return
+// noteRetryAfter records the Retry-After d of a failed or throttled
+// response counted at clock time now. The window's buckets keep the
+// longest of each, so that an open period honours the longest of the
+// responses in the window that trips it (see openDuration); a transition
+// forgets them all (see setLocked).
+func (b *breaker) noteRetryAfter(d time.Duration, now int64) {
+	if d > 0 {
+		b.window().hint(now, int64(d))
 	}
-	fresh := b.hintFresh(now, s)
-	for {
-		old := b.retryHint.Load()
-		if fresh && int64(d) <= old {
-			return
-		}
-		if b.retryHint.CompareAndSwap(old, int64(d)) {
-			b.retryHintAt.Store(now)
-			return
-		}
-	}
-}
-
-// hintFresh reports whether retryHint was seen within the window before
-// clock time now.
-func (b *breaker) hintFresh(now int64, s *settings) bool {
-	return now-b.retryHintAt.Load() <= int64(s.window)
 }
 
 // maybeTrip opens the breaker if the window's failure rate has reached
@@ -552,7 +533,7 @@ func (b *breaker) setLocked(to State, at int64, reason Reason, c Counts) *transi
 	b.operator = false
 	b.probes = b.probes[:0]
 	b.successes = 0
-	b.retryHint.Store(0)
+	b.window().clearHints()
 	b.throttleSince.Store(0)
 	if to != StateOpen {
 		b.retryAt.Store(0)
@@ -610,17 +591,16 @@ func (b *breaker) reopenLocked(at int64, s *settings, reason Reason, c Counts) *
 }
 
 // openDuration is the base open timeout doubled per consecutive failed
-// probe cycle, raised to the upstream Retry-After of a response in the
-// window at clock time now, capped at the maximum, then jittered upward.
+// probe cycle, raised to the longest upstream Retry-After of the
+// responses in the window at clock time now, capped at the maximum, then
+// jittered upward.
 // It saturates: a maximum of time.Duration(math.MaxInt64) still backs off.
 func (b *breaker) openDuration(now int64, s *settings) time.Duration {
 	d := s.openTimeout
 	for i := 0; i < b.cycles && d < s.maxOpenTimeout; i++ {
 		d = doubled(d)
 	}
-	if h := time.Duration(b.retryHint.Load()); h > d && b.hintFresh(now, s) {
-		d = h
-	}
+	d = max(d, time.Duration(b.window().longestHint(now)))
 	d = min(d, s.maxOpenTimeout)
 	if s.jitter > 0 {
 		if span := scaled(d, s.jitter); span > 0 {

@@ -196,6 +196,36 @@ func TestOpenDurationForgetsAnOldRetryAfter(t *testing.T) {
 	}
 }
 
+// TestOpenDurationHonoursTheLongestRetryAfterInTheWindow: the open
+// period is raised to the longest Retry-After of the responses in the
+// window that trips. A longer one that has since left the window does not
+// count, and does not hide the shorter ones still in it.
+func TestOpenDurationHonoursTheLongestRetryAfterInTheWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(http.StatusServiceUnavailable)
+		tr := New(d, WithWindow(10*time.Second), WithMinRequests(20), WithJitter(0),
+			WithOpenTimeout(5*time.Second), WithMaxOpenTimeout(time.Minute))
+		d.setHeader(http.Header{"Retry-After": {"30"}})
+		_, _ = get(t, tr, testURL) // at 0 s; out of the window from 10 s
+		time.Sleep(5 * time.Second)
+		d.setHeader(http.Header{"Retry-After": {"20"}})
+		for range 17 {
+			_, _ = get(t, tr, testURL)
+		}
+		d.setHeader(http.Header{"Retry-After": {"15"}})
+		_, _ = get(t, tr, testURL)
+		require.Equal(t, StateClosed, tr.State(testKey))
+		time.Sleep(5*time.Second + 500*time.Millisecond)
+		d.setHeader(nil)
+		for range 2 {
+			_, _ = get(t, tr, testURL) // 20 failures in the window: it trips
+		}
+		s := tr.Snapshot()[0]
+		require.Equal(t, StateOpen, s.State)
+		require.Equal(t, 20*time.Second, time.Until(s.RetryAt), "the longest Retry-After in the window")
+	})
+}
+
 func TestJitterSpreadsOpenPeriods(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newDep(500)

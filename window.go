@@ -34,7 +34,9 @@ type bucket struct {
 	// Written only with window.mu held.
 	epoch  atomic.Int64
 	counts [numOutcomes]atomic.Uint32 // indexed by Outcome; a bucket never sees 2^32 calls
-	_      [8]byte                    // 32 bytes: in a breaker, no bucket straddles two cache lines
+	// hint is the longest Retry-After (ns) of the failed or throttled
+	// responses counted in the bucket (see window.hint).
+	hint atomic.Int64
 }
 
 // counts are the outcome counts of a window.
@@ -80,12 +82,18 @@ func (w *window) addSlow(b *bucket, idx int64, o Outcome) {
 	b.counts[o].Add(1)
 }
 
-// retireLocked moves b's counts to retired. Requires w.mu held.
+// retireLocked moves b's counts to retired, and forgets its hint.
+// Requires w.mu held.
 func (w *window) retireLocked(b *bucket) {
 	for o := range b.counts {
 		w.retired[o] += int64(b.counts[o].Swap(0))
 	}
+	b.hint.Store(0)
 }
+
+// inWindow reports whether bucket number e is inside the window that
+// ends with bucket number idx.
+func inWindow(e, idx int64) bool { return e > idx-bucketCount && e <= idx }
 
 // sums returns the counts of the buckets inside the window at clock time
 // now.
@@ -94,13 +102,46 @@ func (w *window) sums(now int64) counts {
 	idx := now / w.width
 	for i := range w.buckets {
 		b := &w.buckets[i]
-		if e := b.epoch.Load(); e > idx-bucketCount && e <= idx {
+		if inWindow(b.epoch.Load(), idx) {
 			for o := range c {
 				c[o] += int64(b.counts[o].Load())
 			}
 		}
 	}
 	return c
+}
+
+// hint records a Retry-After of d nanoseconds on a response counted at
+// clock time now (after add): its bucket keeps the longest. A late
+// outcome's, whose bucket has moved on, is dropped.
+func (w *window) hint(now, d int64) {
+	idx := now / w.width
+	b := &w.buckets[idx%bucketCount]
+	if b.epoch.Load() != idx {
+		return
+	}
+	for old := b.hint.Load(); d > old && !b.hint.CompareAndSwap(old, d); old = b.hint.Load() {
+	}
+}
+
+// longestHint returns the longest Retry-After recorded in the buckets
+// inside the window at clock time now, or 0.
+func (w *window) longestHint(now int64) int64 {
+	var h int64
+	idx := now / w.width
+	for i := range w.buckets {
+		if b := &w.buckets[i]; inWindow(b.epoch.Load(), idx) {
+			h = max(h, b.hint.Load())
+		}
+	}
+	return h
+}
+
+// clearHints forgets every Retry-After recorded; the counts stay.
+func (w *window) clearHints() {
+	for i := range w.buckets {
+		w.buckets[i].hint.Store(0)
+	}
 }
 
 // totals returns every outcome ever recorded, including those that have
