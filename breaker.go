@@ -183,6 +183,9 @@ type breaker struct {
 	// throttleSince is 1 + the clock time at which 429s started to make
 	// up the failure rate, or 0 when they do not.
 	throttleSince atomic.Int64
+	// recheck makes the next success check the trip rule: configure sets
+	// it, since new settings may find the window at the rate already.
+	recheck atomic.Bool
 
 	created int64     // clock time the breaker was made
 	epoch   time.Time // the wall time of clock time 0, for transitions' At
@@ -234,6 +237,7 @@ func (b *breaker) configure(s *settings) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	old := b.cfg.Swap(s)
+	b.recheck.Store(true)
 	if old.window != s.window {
 		w := new(window)
 		w.init(int64(s.window))
@@ -328,10 +332,18 @@ func (b *breaker) count(tk ticket, o Outcome, now int64, retryAfter time.Duratio
 		return nil
 	}
 	b.window().add(now, o)
-	if o == OutcomeFailure || o == OutcomeThrottled {
-		s := b.cfg.Load()
+	switch {
+	case o == OutcomeFailure || o == OutcomeThrottled:
 		b.noteRetryAfter(retryAfter, now)
-		return b.maybeTrip(w, now, s, o == OutcomeThrottled)
+		return b.maybeTrip(w, now, b.cfg.Load(), o)
+	case o == OutcomeSuccess && (b.throttleSince.Load() != 0 || b.recheck.Load()):
+		// A success may interrupt a streak of 429s, which must hold
+		// without interruption; after an Update, the rule may be met
+		// already.
+		if b.recheck.Load() {
+			b.recheck.Store(false)
+		}
+		return b.maybeTrip(w, now, b.cfg.Load(), o)
 	}
 	return nil
 }
@@ -407,26 +419,28 @@ func (b *breaker) noteRetryAfter(d time.Duration, now int64) {
 }
 
 // maybeTrip opens the breaker if the window's failure rate has reached
-// the threshold. It is checked when a failure or a 429 is counted, never
-// on a success, which cannot raise the rate. w is the state word the
-// outcome was counted under; the transition happens only if it is still
-// current, so it happens once. Failures alone at the rate trip it for
+// the threshold, on counting outcome o. It is checked when a failure or
+// a 429 is counted, and when a success is only while a streak of 429s
+// runs or as the first success after an Update (see count): otherwise a
+// success cannot raise the rate. w is the state word the outcome was
+// counted under; the transition happens only if it is still current, so
+// it happens once. Failures alone at the rate trip it for
 // ReasonFailureRate; sustained 429s that complete the rate, for
-// ReasonThrottled.
-func (b *breaker) maybeTrip(w uint64, now int64, s *settings, throttled bool) *transition {
+// ReasonThrottled, at a 429 or a failure: a success may end their streak
+// but never trips on it, so that the tail of a burst shorter than the
+// sustain, still in the window, does not trip it.
+func (b *breaker) maybeTrip(w uint64, now int64, s *settings, o Outcome) *transition {
 	c := b.window().sums(now)
 	req := c.requests()
 	if req < s.minRequests {
-		if throttled {
-			b.throttleSince.Store(0)
-		}
+		b.throttleSince.Store(0) // 429s no longer make up the rate of MinRequests outcomes
 		return nil
 	}
-	sustained := b.throttleSustained(now, c, s, throttled)
+	sustained := b.throttleSustained(now, c, s, o == OutcomeThrottled)
 	reason := ReasonFailureRate
 	bad := c[OutcomeFailure]
 	if float64(bad) < s.failureRate*float64(req) {
-		if !sustained {
+		if !sustained || o == OutcomeSuccess {
 			return nil
 		}
 		reason = ReasonThrottled
@@ -445,10 +459,11 @@ func (b *breaker) maybeTrip(w uint64, now int64, s *settings, throttled bool) *t
 // throttleSustained reports whether 429s have made up the failure rate of
 // at least MinRequests outcomes in the window for the sustain period
 // without interruption. The condition is checked on every 429 (throttled
-// is true) and on every failure, against the window as it is then; the
-// streak starts at the first 429 that finds it holding, and breaks at the
-// first check that finds it not holding (maybeTrip breaks it too when the
-// window holds fewer than MinRequests outcomes). Gaps between 429s do not
+// is true), on every failure and, while the streak runs, on every
+// success, against the window as it is then; the streak starts at the
+// first 429 that finds it holding, and breaks at the first check that
+// finds it not holding (maybeTrip breaks it too when the window holds
+// fewer than MinRequests outcomes). Gaps between 429s do not
 // break it while the window still shows them making up the rate: 429s
 // that arrive in batches count as sustained as a steady stream does.
 func (b *breaker) throttleSustained(now int64, c counts, s *settings, throttled bool) bool {

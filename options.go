@@ -257,19 +257,20 @@ func WithProbesToClose(n int) Option {
 // count as failures [10s]: 429s count toward the failure rate only once
 // they alone have made up at least the failure rate of at least
 // MinRequests outcomes in the window for d without interruption. The
-// condition is checked, against the window as it is then, at every 429
-// and every failure: the streak starts at the first 429 that finds it
-// holding and ends at the first check that finds it not holding. Quiet
-// gaps between 429s do not end it while the window still shows them
-// making up the rate, so 429s that arrive in batches count as a steady
-// stream does; a burst that has ended stops counting once the window no
-// longer shows it making up the rate. Zero makes such 429s count at
-// once; a negative d panics.
+// condition is checked, against the window as it is then, at every 429,
+// every failure and, while a streak runs, every success: the streak
+// starts at the first 429 that finds it holding and ends at the first
+// check that finds it not holding. Quiet gaps between 429s do not end it
+// while the window still shows them making up the rate, so 429s that
+// arrive in batches count as a steady stream does; successes that dilute
+// them below the rate end it, so bursts apart do not add up to a
+// sustained run. Zero makes such 429s count at once; a negative d panics.
 //
 // The failure rate itself is checked when a failure or a 429 is counted,
-// never on a success, which cannot raise it: 10 failures then 10
-// successes leave a breaker at exactly the rate closed until the next
-// failure or 429.
+// and on a success only while a streak of 429s runs or as the first
+// success after an Update (new settings may find the window at the rate
+// already): 10 failures then 10 successes leave a breaker at exactly the
+// rate closed until the next failure or 429.
 func WithThrottleSustain(d time.Duration) Option {
 	return throttleSustainRow.with(d)
 }

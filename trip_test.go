@@ -102,6 +102,47 @@ func TestSustained429BurstNeverTrips(t *testing.T) {
 	// 429s that are a minority: TestBreakerTripsOnSustained429sOnly.
 }
 
+// TestSustained429sMustHoldWithoutInterruption: successes that dilute
+// 429s below the rate end their streak. Two bursts apart, the second
+// finding the rate met again only because older successes left the
+// window, have not been sustained for ThrottleSustain and do not trip.
+func TestSustained429sMustHoldWithoutInterruption(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(http.StatusOK)
+		tr := New(d, WithWindow(10*time.Second), WithMinRequests(20), WithFailureRate(0.5),
+			WithThrottleSustain(5*time.Second), WithJitter(0))
+		send := func(code, n int) {
+			t.Helper()
+			d.set(code, nil)
+			for range n {
+				resp, err := get(t, tr, testURL)
+				require.NoError(t, err)
+				resp.Body.Close()
+			}
+		}
+		send(http.StatusOK, 100) // at 0 s
+		time.Sleep(5 * time.Second)
+		send(http.StatusTooManyRequests, 100) // at 5 s: 100 of 200, the streak starts
+		time.Sleep(time.Second)
+		send(http.StatusOK, 10) // at 6 s: 100 of 210, no longer the rate
+		s := tr.Snapshot()[0]
+		require.Less(t, 2*s.Throttled, s.Requests)
+		time.Sleep(4*time.Second + 500*time.Millisecond)
+		send(http.StatusTooManyRequests, 1) // at 10.5 s: 101 of 111, the first successes gone
+		require.Equal(t, StateClosed, tr.State(testKey), "held for 0.5 s, not the 5 s sustain")
+
+		for range 4 {
+			time.Sleep(time.Second)
+			send(http.StatusTooManyRequests, 10) // a steady stream from 11.5 s on
+			require.Equal(t, StateClosed, tr.State(testKey))
+		}
+		time.Sleep(time.Second)
+		send(http.StatusTooManyRequests, 1) // at 15.5 s: held since 10.5 s
+		require.Equal(t, StateOpen, tr.State(testKey), "held without interruption for 5 s")
+		require.Equal(t, ReasonThrottled, tr.Snapshot()[0].Reason)
+	})
+}
+
 func TestOpenDurationBackoffAndCap(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newDep(500)

@@ -312,6 +312,34 @@ func TestUpdateLowerMinRequestsTripsOnOutcomeAdmittedBefore(t *testing.T) {
 	})
 }
 
+// TestUpdateLowerMinRequestsTripsOnTheNextSuccess: the next outcome
+// after an Update checks the trip rule, a success included: a window
+// already at the failure rate for a lowered minimum trips then.
+func TestUpdateLowerMinRequestsTripsOnTheNextSuccess(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(http.StatusInternalServerError)
+		tr := New(d, WithMinRequests(20), WithJitter(0))
+		for range 5 {
+			_, _ = get(t, tr, testURL)
+		}
+		require.NoError(t, tr.Update(WithMinRequests(5), WithJitter(0)))
+		require.Equal(t, StateClosed, tr.State(testKey), "Update itself trips nothing")
+		d.set(http.StatusOK, nil)
+		resp, err := get(t, tr, testURL)
+		require.NoError(t, err)
+		resp.Body.Close()
+		s := tr.Snapshot()[0]
+		require.Equal(t, StateOpen, s.State, "5 failures of 6 at a new minimum of 5")
+		require.Equal(t, ReasonFailureRate, s.Reason)
+
+		tr.Reset(testKey)
+		for range 4 {
+			_, _ = get(t, tr, testURL) // successes: only the first after the Update checks
+		}
+		require.Equal(t, StateClosed, tr.State(testKey))
+	})
+}
+
 // TestUpdateHigherMinRequestsStopsTripOfCallAdmittedBefore: an operator
 // who raises min requests to stop a flapping breaker is not overruled by
 // calls already in flight: their outcomes decide by the new rule.
