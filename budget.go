@@ -195,12 +195,17 @@ func (b *breaker) takeRetry(now int64, s *settings) bool {
 	defer b.retryMu.Unlock()
 	c := w.sums(now)
 	allowance := s.retryBudget.Ratio*float64(c[budgetFirst]) + s.retryBudget.MinPerSecond*s.window.Seconds()
-	if float64(c[budgetRetry]+1) > math.Floor(allowance) {
+	if float64(c[budgetRetry]+1) > wholeRetries(allowance) {
 		return false
 	}
 	w.add(now, budgetRetry)
 	return true
 }
+
+// wholeRetries is the whole retries an allowance admits: it rounds
+// down, after forgiving the error of the floating-point product (0.7 ×
+// 90 first attempts computes as 62.99999999999999, and admits 63).
+func wholeRetries(allowance float64) float64 { return math.Floor(allowance + 1e-9) }
 
 // earn records, at clock time now, an admitted first attempt in the
 // budget: it earns allowance.

@@ -38,6 +38,8 @@ func TestRetryBudgetArithmetic(t *testing.T) {
 		{"fraction rounds down", 0.25, 0, 7, 5, 1},
 		{"nothing earned", 0.5, 0, 1, 3, 0},
 		{"generous", 1, 0, 4, 4, 4},
+		{"a whole product is whole", 0.7, 0, 90, 64, 63}, // 0.7 × 90 computes as 62.99999999999999
+		{"another whole product", 0.29, 0, 100, 30, 29},  // 28.999999999999996
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
