@@ -392,6 +392,32 @@ func TestBulkheadLoweredAdmitsNobodyUntilBelowIt(t *testing.T) {
 	})
 }
 
+// TestBulkheadAddedCountsCallsFromThenOn: a bulkhead added by Update to
+// a key that had none counts the calls admitted from then on; the calls
+// already in flight hold no place in it (nothing counted them).
+func TestBulkheadAddedCountsCallsFromThenOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newHeldDep()
+		tr := New(d, WithRejectAsError())
+		ctx := context.Background()
+		var calls []chan result
+		for _, id := range []string{"h1", "h2", "h3"} {
+			calls = append(calls, send(t, ctx, tr, id))
+		}
+		require.NoError(t, tr.Update(WithMaxConcurrent(2), WithRejectAsError()))
+		for _, id := range []string{"n1", "n2"} {
+			calls = append(calls, send(t, ctx, tr, id))
+		}
+		require.Equal(t, []string{"h1", "h2", "h3", "n1", "n2"}, d.order(), "two places, both free")
+		_, err := getCtx(t, ctx, tr, testURL)
+		require.ErrorIs(t, err, ErrBulkheadFull, "the third newcomer")
+		for _, id := range []string{"h1", "h2", "h3", "n1", "n2"} {
+			d.let(id, 200)
+		}
+		requireAnswered(t, calls...)
+	})
+}
+
 // TestBulkheadRaisedAdmitsItsWaitersOldestFirstUpToItsSize: raised from
 // 1 to 3 with three calls waiting, the bulkhead admits the two oldest at
 // once; the third, and a newcomer behind it, wait for a place.

@@ -29,7 +29,10 @@ import (
 // from it starts closed. A bulkhead resized
 // applies at once: a larger one admits its waiters, oldest first, before
 // any newcomer; a smaller one admits nobody until the calls in flight
-// fall below it; no call in flight is cut.
+// fall below it; no call in flight is cut. A bulkhead added to a key
+// that had none counts the calls admitted from then on: a key without a
+// bulkhead does not count its calls in flight (that would cost every
+// call), so those already in flight hold no place in it.
 //
 // The options that shape the Transport (WithKeyFunc, WithRoutes,
 // WithMaxBreakers, WithMetrics, WithLogger, WithOnTransition, WithObserver, WithStore)
