@@ -228,8 +228,10 @@ func validHeaderValue(v string) bool {
 	return true
 }
 
-// validPort reports whether p is empty or a port number in [0, 65535].
+// validPort reports whether p is empty or a port number in [0, 65535],
+// leading zeros allowed, as net/http dials it (and as HostKey reads it).
 func validPort(p string) bool {
+	p = strings.TrimLeft(p, "0")
 	if len(p) > 5 {
 		return false
 	}

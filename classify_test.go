@@ -115,6 +115,40 @@ func TestDefaultClassifierMalformedRequests(t *testing.T) {
 	}
 }
 
+// TestZeroPaddedPortIsAPort: net/http dials a port written with leading
+// zeros as the number it is, and HostKey reads it so; a connection error
+// to it is the dependency's failure, and only a port out of range is our
+// own malformed request.
+func TestZeroPaddedPortIsAPort(t *testing.T) {
+	for _, raw := range []string{"http://api.test:8080/", "http://api.test:008080/", "http://api.test:0000000008080/"} {
+		req := mustReq(t, raw)
+		require.Equal(t, "api.test:8080", HostKey(req), raw)
+		require.Equal(t, OutcomeFailure, DefaultClassifier(req, nil, errConnRefused), raw)
+	}
+	for _, raw := range []string{"http://api.test:65536/", "http://api.test:0065536/", "http://api.test:1000000/"} {
+		require.Equal(t, OutcomeIgnored, DefaultClassifier(mustReq(t, raw), nil, errConnRefused), raw)
+	}
+
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	next := &http.Transport{}
+	defer next.CloseIdleConnections()
+	host, port, err := net.SplitHostPort(srv.Listener.Addr().String())
+	require.NoError(t, err)
+	resp, err := New(next).RoundTrip(mustReq(t, "http://"+host+":000"+port+"/"))
+	require.NoError(t, err, "net/http dials the padded port")
+	resp.Body.Close()
+
+	d := newDep(http.StatusOK)
+	d.set(0, errConnRefused)
+	tr := New(d, WithMinRequests(4), WithJitter(0))
+	for range 4 {
+		_, err := get(t, tr, "http://api.test:0008080/")
+		require.Error(t, err)
+	}
+	require.Equal(t, StateOpen, tr.State("api.test:8080"), "four refused connections of four")
+}
+
 // TestMalformedRequestsAsHTTPTransportRefusesThem: each request that
 // http.Transport refuses before it dials is one DefaultClassifier
 // ignores, so that our own bad requests never trip a breaker. An
