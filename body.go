@@ -16,10 +16,13 @@ func watchable(resp *http.Response) bool {
 
 // watchBody returns body wrapped so that the admitted call tk of c,
 // under policy p, whose headers the classifier counted as a success, is
-// counted when the body ends (see WithBodyErrors). short is the deadline
-// rule's verdict at admission (see Transport.RoundTrip).
-func (t *Transport) watchBody(req *http.Request, c *circuit, p *policy, tk ticket, short bool, queued time.Duration, body io.ReadCloser) io.ReadCloser {
-	return &watchedBody{body: body, t: t, c: c, p: p, req: req, tk: tk, short: short, queued: queued}
+// counted when the body ends (see WithBodyErrors). A shadow breaker's
+// pass, which it would have refused for reason shadow (admitted for
+// none), is told to the observers then instead, and counts for nothing.
+// short is the deadline rule's verdict at admission (see
+// Transport.RoundTrip).
+func (t *Transport) watchBody(req *http.Request, c *circuit, p *policy, tk ticket, shadow rejectReason, short bool, queued time.Duration, body io.ReadCloser) io.ReadCloser {
+	return &watchedBody{body: body, t: t, c: c, p: p, req: req, tk: tk, shadow: shadow, short: short, queued: queued}
 }
 
 // watchedBody is a response body whose end counts its call, once.
@@ -30,6 +33,7 @@ type watchedBody struct {
 	p      *policy
 	req    *http.Request
 	tk     ticket
+	shadow rejectReason // a shadow breaker's pass, that it would have refused for this reason: observed, not counted
 	short  bool
 	queued time.Duration // the call's time in the bulkhead's line, for observers
 
@@ -70,6 +74,10 @@ func (w *watchedBody) count(err error) {
 	}
 	t, now, o := w.t, w.t.now(), OutcomeIgnored
 	defer func() {
+		if w.shadow != admitted {
+			t.observeShadow(w.req.Context(), w.c, w.shadow, o, w.tk.start, now, w.queued)
+			return
+		}
 		tr := t.settle(w.c, w.tk, o, now, 0)
 		defer t.notify(tr) // after the observers, even if one panics
 		if len(t.observers) > 0 {

@@ -326,7 +326,9 @@ func TestBodyErrorsLateBodyOfAnEarlierStateCountsNothing(t *testing.T) {
 		tr.Trip("dep.test", time.Minute)
 		tr.Reset("dep.test") // closed again, a newer generation
 		readAllClose(t, resp.Body, nil)
-		require.Equal(t, counts{}, totals(t, tr, "dep.test"), "admitted before the trip: says nothing now")
+		require.Equal(t, StateClosed, tr.State("dep.test"))
+		require.Zero(t, tr.Snapshot()[0].Requests, "admitted before the trip: says nothing now")
+		require.Equal(t, counts{OutcomeFailure: 1}, totals(t, tr, "dep.test"), "but breaker_requests_total counts every admitted call")
 	})
 }
 
@@ -349,20 +351,26 @@ type errBody struct{}
 func (errBody) Read([]byte) (int, error) { return 0, errors.New("connection reset by peer") }
 func (errBody) Close() error             { return nil }
 
+// brokenBodyAfter500s answers 500 while *fail is set, then 200s whose
+// body fails to read.
+func brokenBodyAfter500s(fail *bool) rtFunc {
+	return func(req *http.Request) (*http.Response, error) {
+		if *fail {
+			return response(req, http.StatusInternalServerError, nil), nil
+		}
+		resp := response(req, http.StatusOK, nil)
+		resp.Body = errBody{}
+		return resp, nil
+	}
+}
+
 // TestBodyClassifierPanicFreesTheProbe: under WithBodyErrors, a
 // classifier that panics while judging a probe's body gives the probe
 // slot back, and the probe counts for nothing.
 func TestBodyClassifierPanicFreesTheProbe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fail := true
-		next := rtFunc(func(req *http.Request) (*http.Response, error) {
-			if fail {
-				return response(req, http.StatusInternalServerError, nil), nil
-			}
-			resp := response(req, http.StatusOK, nil)
-			resp.Body = errBody{}
-			return resp, nil
-		})
+		next := brokenBodyAfter500s(&fail)
 		tr := New(next, WithMinRequests(1), WithJitter(0), WithOpenTimeout(time.Second), WithBodyErrors(),
 			WithClassifier(func(req *http.Request, resp *http.Response, err error) Outcome {
 				if resp == nil && err != nil {

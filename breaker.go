@@ -329,6 +329,7 @@ func (b *breaker) count(tk ticket, o Outcome, now int64, retryAfter time.Duratio
 	}
 	w := b.word.Load()
 	if genOf(w) != tk.gen {
+		b.window().addTotal(o) // admitted in a state that is over: it decides nothing
 		return nil
 	}
 	b.window().add(now, o)
@@ -360,6 +361,7 @@ func (b *breaker) countProbe(tk ticket, o Outcome, now int64, retryAfter time.Du
 	}
 	w := b.word.Load()
 	if genOf(w) != tk.gen || stateOf(w) != StateHalfOpen {
+		b.window().addTotal(o)
 		return nil // a newer state already decided
 	}
 	b.releaseProbeLocked(tk.probe)
@@ -673,7 +675,7 @@ func (b *breaker) displayLocked(now int64) (State, int64, Reason) {
 }
 
 // trip opens the breaker at clock time now for exactly d, whatever its
-// state: an operator's action, here or (fleet) on another instance,
+// state, once the transitions time alone has caused by now are made: an operator's action, here or (fleet) on another instance,
 // whose breaker had backed off cycles failed probe cycles (the breaker
 // backs off from at least that many from now on). A trip of an open
 // breaker is no transition, but the breaker's reason becomes ReasonTrip.
@@ -681,13 +683,17 @@ func (b *breaker) trip(now int64, d time.Duration, fleet bool, cycles int) *tran
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.cycles = max(b.cycles, cycles)
+	due := b.queueLocked(b.advanceLocked(now, b.cfg.Load(), false)) // an open period that is over is over: its Trip reopens it
 	tr := b.openLocked(now, d, ReasonTrip, b.countsLocked(now))
 	b.operator = true
 	b.reason = ReasonTrip
 	if tr != nil {
 		tr.operator, tr.fleet = true, fleet
 	}
-	return b.queueLocked(tr)
+	if b.queueLocked(tr); due != nil {
+		return due // the first queued: delivering it delivers the Trip's too
+	}
+	return tr
 }
 
 // reset closes the breaker at clock time now and clears its counts and
@@ -703,12 +709,13 @@ func (b *breaker) reset(now int64, fleet bool) *transition {
 }
 
 // idle reports whether the breaker can be evicted at clock time now:
-// closed, older than a window, and nothing recorded in its window. (Its
-// circuit's bulkhead must be empty too: see Transport.evictLocked.)
+// closed, older than a window, nothing recorded in its window, and no
+// transition of its left to deliver. (Its circuit's bulkhead must be empty
+// too: see Transport.evictLocked.)
 // Other calls may still be in flight: their outcomes count for the key's
 // next breaker (see Transport.settle).
 func (b *breaker) idle(now int64) bool {
-	if stateOf(b.word.Load()) != StateClosed || now-b.created < int64(b.cfg.Load().window) {
+	if stateOf(b.word.Load()) != StateClosed || now-b.created < int64(b.cfg.Load().window) || !b.out.quiet() {
 		return false
 	}
 	c := b.window().sums(now)

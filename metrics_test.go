@@ -1,6 +1,7 @@
 package httpbreaker
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
@@ -210,5 +211,36 @@ func TestMetricsThrottledProbeIsAFailure(t *testing.T) {
 				require.Equal(t, "Half-open probes by result: success, failure (the dependency is still down, or throttled the probe), timeout (the probe outlived the probe bound) and ignored (the caller cancelled, or the outcome was ignored).", mf.GetHelp())
 			}
 		}
+	})
+}
+
+// TestRequestsTotalCountsLateOutcomes: breaker_requests_total counts
+// every call the breaker admitted, as the observers do, also one whose
+// answer came after another call tripped the breaker: that outcome
+// decides nothing, but it was admitted and classified.
+func TestRequestsTotalCountsLateOutcomes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		d := newHeldDep()
+		reg := prometheus.NewRegistry()
+		tr := New(d, WithMinRequests(1), WithJitter(0), WithMetrics(reg), WithObserver(rec))
+		calls := []chan result{send(t, context.Background(), tr, "a"), send(t, context.Background(), tr, "b")}
+		d.let("a", http.StatusInternalServerError) // trips
+		synctest.Wait()
+		d.let("b", http.StatusInternalServerError) // admitted while closed, answered while open
+		for _, c := range calls {
+			r := <-c
+			require.NoError(t, r.err)
+			require.Equal(t, http.StatusInternalServerError, r.resp.StatusCode)
+		}
+		failures := 0
+		for _, c := range rec.allCalls() {
+			if c.Rejected == "" && c.Outcome == OutcomeFailure {
+				failures++
+			}
+		}
+		require.Equal(t, 2, failures)
+		require.EqualValues(t, 2, gaugeValue(t, reg, "breaker_requests_total", `outcome="failure"`))
+		require.EqualValues(t, 1, tr.Snapshot()[0].Failures, "the window holds the one that decided")
 	})
 }

@@ -125,7 +125,7 @@ type Call struct {
 	QueueWait time.Duration
 	// RetryAfter is, for a refused call, how long until the breaker may
 	// admit calls again: the synthetic 503's Retry-After, before it is
-	// rounded to whole seconds.
+	// rounded to whole seconds (so at most an hour).
 	RetryAfter time.Duration
 	// Moved is the transition this call's outcome caused, if any; nil
 	// almost always. Do not modify it.
@@ -143,7 +143,10 @@ type Call struct {
 // the call's outcome is known or it is refused; calls for one key may
 // run at the same time, so Call must be safe for concurrent use. Neither
 // may block: the caller waits for them. A Call that panics reaches the
-// caller, and the transition its call caused is still reported.
+// caller, and the transition its call caused is still reported. A
+// Transition that panics (or a WithOnTransition hook, or a Store's
+// Publish) reaches the caller too, once every other observer has been
+// told of that transition.
 type Observer interface {
 	Transition(Transition)
 	Call(ctx context.Context, c Call)
@@ -192,6 +195,15 @@ func (o *outbox) push(tr *transition) {
 		o.q = append(o.q, tr)
 	}
 	o.mu.Unlock()
+}
+
+// quiet reports whether the outbox has nothing queued and nobody
+// delivering: a breaker whose hooks may still run for its key is not
+// idle, or its key's next breaker could run them beside it.
+func (o *outbox) quiet() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return !o.busy && len(o.q) == 0
 }
 
 // deliver reports every queued transition through report, oldest first,
@@ -263,13 +275,16 @@ func logTransition(l *slog.Logger, tr *Transition) {
 }
 
 // report tells everyone of one transition: the bulkhead's waiting line
-// (refused as open), the fleet, the log, the hook and the observers.
+// (refused as open), the fleet, the log, the hook and the observers. A
+// Store, hook or observer that panics does not keep it from those after
+// it.
 func (t *Transport) report(tr *transition) {
 	if tr.To == StateOpen {
 		if c := t.breakers.get(tr.Key); c != nil && c.bulk.waiting.Load() > 0 {
 			c.bulk.refuseAll() // calls waiting for the bulkhead are refused as open
 		}
 	}
+	tell := make([]func(), 0, 3+len(t.observers))
 	if s := t.member; s != nil && !tr.fleet {
 		switch tr.To {
 		case StateOpen:
@@ -277,19 +292,37 @@ func (t *Transport) report(tr *transition) {
 			if tr.retryAt != never { // else an operator's "until Reset": the zero time
 				h.RetryAt = wall(t.epoch, tr.retryAt)
 			}
-			s.Publish(h)
+			tell = append(tell, func() { s.Publish(h) })
 		case StateClosed:
-			s.Publish(Hint{Key: tr.Key, State: StateClosed, Operator: tr.operator})
+			tell = append(tell, func() { s.Publish(Hint{Key: tr.Key, State: StateClosed, Operator: tr.operator}) })
 		}
 	}
 	if l := t.logger; l != nil {
-		logTransition(l, &tr.Transition)
+		tell = append(tell, func() { logTransition(l, &tr.Transition) })
 	}
 	if f := t.onTransition; f != nil {
-		f(tr.Transition)
+		tell = append(tell, func() { f(tr.Transition) })
 	}
 	for _, o := range t.observers {
-		o.Transition(tr.Transition)
+		tell = append(tell, func() { o.Transition(tr.Transition) })
+	}
+	callEach(tell)
+}
+
+// callEach calls each of fs in turn. One that panics does not keep the
+// rest from being called: they are, as its panic goes on to the caller.
+func callEach(fs []func()) {
+	for i, f := range fs {
+		done := false
+		func() {
+			defer func() {
+				if !done {
+					callEach(fs[i+1:])
+				}
+			}()
+			f()
+			done = true
+		}()
 	}
 }
 
@@ -298,6 +331,15 @@ func (t *Transport) observe(ctx context.Context, c Call) {
 	for _, o := range t.observers {
 		o.Call(ctx, c)
 	}
+}
+
+// observeShadow tells the observers of a call that c's shadow breaker
+// let through, though it would have refused it for reason: admitted at
+// clock time start, after queued in the bulkhead's line, with outcome o
+// at end.
+func (t *Transport) observeShadow(ctx context.Context, c *circuit, reason rejectReason, o Outcome, start, end int64, queued time.Duration) {
+	t.observe(ctx, Call{Key: c.key(), State: c.refusedState(reason), Outcome: o, Rejected: reason.String(),
+		Shadow: true, Duration: time.Duration(end - start), QueueWait: queued})
 }
 
 // observeCall tells the observers of the admitted call tk through c,

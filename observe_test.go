@@ -3,7 +3,9 @@ package httpbreaker
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -338,5 +340,86 @@ func TestLoggerLogsEveryTransition(t *testing.T) {
 		require.Contains(t, lines[2], "level=INFO")
 		require.Contains(t, lines[2], "to=closed")
 		require.Contains(t, lines[2], "reason=probes_succeeded requests=2 failures=1 throttled=0")
+	})
+}
+
+// TestHooksOfAnEvictedKeyNeverOverlap: a breaker whose transitions are
+// still being delivered is not idle, so it is not evicted while its hook
+// runs: the key's next breaker cannot run a hook for the key beside it.
+func TestHooksOfAnEvictedKeyNeverOverlap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var running, overlap atomic.Int32
+		hold := make(chan struct{})
+		d := newDep(http.StatusInternalServerError)
+		tr := New(d, WithMaxBreakers(1), WithMinRequests(1), WithJitter(0), WithOpenTimeout(time.Second),
+			WithWindow(100*time.Millisecond), WithProbesToClose(1),
+			WithOnTransition(func(x Transition) {
+				if running.Add(1) > 1 {
+					overlap.Add(1)
+				}
+				if x.Key == testKey && x.To == StateClosed {
+					<-hold // a slow hook
+				}
+				running.Add(-1)
+			}))
+		_, _ = get(t, tr, testURL) // trips
+		time.Sleep(2 * time.Second)
+		d.set(http.StatusOK, nil)
+		go func() { _, _ = get(t, tr, testURL) }() // the probe closes it; its hook blocks
+		synctest.Wait()
+		require.Equal(t, StateClosed, tr.State(testKey))
+		_, _ = get(t, tr, "http://other.test/")
+		require.Equal(t, []string{testKey}, keys(tr), "not idle while its hook runs: not evicted")
+		close(hold)
+		synctest.Wait()
+		time.Sleep(time.Second)
+		_, _ = get(t, tr, "http://other.test/")
+		require.Equal(t, []string{"other.test"}, keys(tr), "idle once delivered")
+		require.Zero(t, overlap.Load())
+	})
+}
+
+// TestObserverToldOfAShadowPassAtItsBodysEnd: under WithBodyErrors a call
+// a shadow breaker let through is told to the observers at its body's
+// end, with its real outcome and its duration to then.
+func TestObserverToldOfAShadowPassAtItsBodysEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		fail := true
+		next := brokenBodyAfter500s(&fail)
+		tr := New(next, WithMinRequests(1), WithJitter(0), WithMode(ModeShadow), WithBodyErrors(), WithObserver(rec))
+		_, _ = get(t, tr, testURL) // trips, in shadow
+		fail = false
+		resp, err := tr.RoundTrip(mustReq(t, testURL)) // would be refused: goes through
+		require.NoError(t, err)
+		require.Len(t, rec.allCalls(), 1, "not told at the headers")
+		time.Sleep(time.Second)
+		_, rerr := io.ReadAll(resp.Body)
+		require.Error(t, rerr)
+		resp.Body.Close()
+		calls := rec.allCalls()
+		require.Len(t, calls, 2, "told once")
+		require.True(t, calls[1].Shadow)
+		require.Equal(t, "open", calls[1].Rejected)
+		require.Equal(t, OutcomeFailure, calls[1].Outcome, "its real outcome: the body failed")
+		require.Equal(t, time.Second, calls[1].Duration, "to the body's end")
+		require.Zero(t, tr.Snapshot()[0].Requests-1, "a shadow pass counts for nothing")
+	})
+}
+
+// TestObserverRetryAfterIsThe503s: a refused call's RetryAfter is what
+// the synthetic 503 says, before rounding: at most an hour, also for a
+// breaker tripped until Reset.
+func TestObserverRetryAfterIsThe503s(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		tr := New(newDep(http.StatusOK), WithObserver(rec))
+		tr.Trip(testKey, time.Duration(math.MaxInt64))
+		resp, err := get(t, tr, testURL)
+		require.NoError(t, err)
+		require.Equal(t, "3600", resp.Header.Get("Retry-After"))
+		calls := rec.allCalls()
+		require.Len(t, calls, 1)
+		require.Equal(t, time.Hour, calls[0].RetryAfter)
 	})
 }

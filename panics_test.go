@@ -442,3 +442,53 @@ func TestPanicBeforeNextClosesTheRequestBody(t *testing.T) {
 		})
 	})
 }
+
+// TestPanicInOnTransitionStillTellsTheObservers: a transition hook that
+// panics does not keep the transition from the observers, nor a
+// panicking observer from the observers after it; the panic goes on to
+// the caller.
+func TestPanicInOnTransitionStillTellsTheObservers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		first, last := &recorder{}, &recorder{}
+		tr := New(newDep(http.StatusInternalServerError), WithMinRequests(1), WithJitter(0),
+			WithObserver(first), WithObserver(panickingObserver{}), WithObserver(last),
+			WithOnTransition(func(Transition) { panic(panicValue) }))
+		requirePanics(t, tr) // trips; the hook panics
+		require.Equal(t, StateOpen, tr.State(testKey))
+		require.Len(t, first.transitions(), 1, "told although the hook panicked")
+		require.Len(t, last.transitions(), 1, "told although the hook and an observer before it panicked")
+	})
+}
+
+// panickingObserver panics at every transition.
+type panickingObserver struct{}
+
+func (panickingObserver) Transition(Transition)      { panic(panicValue) }
+func (panickingObserver) Call(context.Context, Call) {}
+
+// TestPanicInAProbePastItsBoundReportsTheReopening: a probe that outlives
+// the probe bound and whose next then panics reopens the breaker
+// (probe_timeout) as the panic unwinds, and the hook is told then, not
+// when some later call delivers it.
+func TestPanicInAProbePastItsBoundReportsTheReopening(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		log := &transitionLog{}
+		boom := false
+		next := rtFunc(func(r *http.Request) (*http.Response, error) {
+			if boom {
+				time.Sleep(1500 * time.Millisecond) // past the probe bound (1 s), not past the reopened period
+				panic(panicValue)
+			}
+			return response(r, http.StatusInternalServerError, nil), nil
+		})
+		tr := New(next, WithMinRequests(1), WithJitter(0), WithOpenTimeout(time.Second),
+			WithMaxOpenTimeout(time.Second), WithOnTransition(log.record))
+		_, _ = get(t, tr, testURL) // trips
+		time.Sleep(time.Second)
+		boom = true
+		requirePanics(t, tr) // the probe
+		require.Equal(t, []string{
+			testKey + ": closed→open", testKey + ": open→half-open", testKey + ": half-open→open",
+		}, log.list())
+	})
+}

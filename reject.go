@@ -135,11 +135,12 @@ func (t *Transport) reject(req *http.Request, c *circuit, p *policy, reason reje
 }
 
 // retryIn is how long after clock time now a call c refused for reason
-// may be admitted: the rest of the open period, or a second when
-// half-open or for a full bulkhead.
+// may be admitted, as the synthetic 503 says it: the rest of the open
+// period, at most maxAdvertisedRetry, or a second when half-open or for
+// a full bulkhead.
 func (c *circuit) retryIn(reason rejectReason, now int64) time.Duration {
 	if reason == rejectOpen {
-		return time.Duration(c.b.retryAt.Load() - now)
+		return min(time.Duration(c.b.retryAt.Load()-now), maxAdvertisedRetry)
 	}
 	return time.Second
 }

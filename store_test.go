@@ -2,6 +2,7 @@ package httpbreaker
 
 import (
 	"math"
+	"net/http"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -203,5 +204,23 @@ func TestOperatorTripCarriesTheBackoff(t *testing.T) {
 		time.Sleep(time.Minute)
 		_, _ = get(t, late, testURL) // late's probe fails: its second failed cycle, as a's would be
 		require.Equal(t, 4*time.Second, openFor(t, late))
+	})
+}
+
+// TestTripWithoutALocalBreakerStillReachesTheFleet: a Trip of a key that
+// gets no breaker here (its mode is off, or the cap leaves no room) still
+// opens it on every other instance, as Reset closes it there.
+func TestTripWithoutALocalBreakerStillReachesTheFleet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newMemStore()
+		a := New(newDep(http.StatusOK), WithStore(s), WithPolicy(testKey, WithMode(ModeOff)))
+		b := New(newDep(http.StatusOK), WithStore(s))
+		_, _ = get(t, b, testURL)
+		a.Trip(testKey, time.Hour)
+		require.Empty(t, a.Snapshot(), "no breaker for an off key")
+		require.Equal(t, StateOpen, b.State(testKey), "the fleet is told")
+		h := s.hints()[len(s.hints())-1]
+		require.True(t, h.Operator)
+		require.Equal(t, time.Now().Add(time.Hour), h.RetryAt)
 	})
 }

@@ -229,12 +229,15 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	if g.cancel != nil {
 		resp, err = g.endCallTimeout(sent, resp, err)
 	}
-	if reason != admitted { // a shadow breaker's pass
+	if reason != admitted { // a shadow breaker's pass: observed, never counted
 		if len(t.observers) > 0 {
 			end := t.now()
 			o := p.judge(req, p.classify(req, resp, err), err, now, end, short, t.epoch)
-			t.observe(req.Context(), Call{Key: c.key(), State: c.refusedState(reason), Outcome: o,
-				Rejected: reason.String(), Shadow: true, Duration: time.Duration(end - now), QueueWait: queued})
+			if o == OutcomeSuccess && p.bodyErrors && watchable(resp) {
+				resp.Body = t.watchBody(req, c, p, ticket{start: now}, reason, short, queued, resp.Body) // observed at the body's end
+			} else {
+				t.observeShadow(req.Context(), c, reason, o, now, end, queued)
+			}
 		}
 		g.resp = nil // after the classifier and observers: if they panic, g closes it
 		return resp, err
@@ -253,7 +256,7 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	g.b = nil
 	if o == OutcomeSuccess && p.bodyErrors && watchable(resp) {
 		c.release(tk)
-		resp.Body = t.watchBody(req, c, p, tk, short, queued, resp.Body) // the body's end counts the call
+		resp.Body = t.watchBody(req, c, p, tk, admitted, short, queued, resp.Body) // the body's end counts the call
 		tr = nil
 	} else {
 		tr = t.settle(c, tk, o, end, retryAfter(resp, o))
@@ -295,7 +298,7 @@ func (g *guard) unwind() {
 	}
 	if g.b != nil {
 		g.b.release(g.tk)
-		g.b.b.count(g.tk, OutcomeIgnored, g.t.now(), 0)
+		g.t.notify(g.b.b.count(g.tk, OutcomeIgnored, g.t.now(), 0)) // a probe past its bound reopens it
 	}
 	if g.cancel != nil {
 		g.cancel()
@@ -364,9 +367,9 @@ func (t *Transport) State(key string) State {
 // breaker if needed, for operators who know a dependency is down. After d
 // it probes as usual; a d the clock cannot reach (time.Duration(math.MaxInt64))
 // keeps it open until Reset, and its refusals say Retry-After: 3600 (see
-// IsRejected). A d of zero or less does nothing; so does a key for which
-// the cap (WithMaxBreakers) leaves no room, or whose mode is off (it
-// logs so, and makes no breaker). A Trip of an open breaker is no
+// IsRejected). A d of zero or less does nothing. A key for which the cap
+// (WithMaxBreakers) leaves no room, or whose mode is off, gets no breaker
+// here (Trip logs so), but the fleet is still told. A Trip of an open breaker is no
 // transition: its open period starts again, for d, its Status.Since
 // stays, and its Status.Reason becomes ReasonTrip. With a Store
 // (WithStore), it opens key on every instance for exactly d.
@@ -379,6 +382,7 @@ func (t *Transport) Trip(key string, d time.Duration) {
 	if c == nil && len(key) <= maxKeyLen {
 		c = t.create(nil, key) // none for a key whose mode is off
 	}
+	now := t.now()
 	if c == nil || c.pol.Load().mode == ModeOff {
 		if l := t.logger; l != nil {
 			why := "no room for breaker"
@@ -387,9 +391,11 @@ func (t *Transport) Trip(key string, d time.Duration) {
 			}
 			l.Warn("httpbreaker: Trip: "+why, "breaker", key)
 		}
+		if t.member != nil { // other instances may have one
+			t.member.Publish(Hint{Key: key, State: StateOpen, Operator: true, RetryAt: t.until(now, d)})
+		}
 		return
 	}
-	now := t.now()
 	tr := c.b.trip(now, d, false, 0)
 	t.operate(c, tr, Hint{Key: key, State: StateOpen, Operator: true, RetryAt: t.until(now, d), Cycles: c.b.backoff()})
 }

@@ -513,3 +513,33 @@ func TestResetOfAClosedBreakerKeepsItsSinceAndReason(t *testing.T) {
 		require.Zero(t, after.Requests, "the counts are cleared")
 	})
 }
+
+// TestTripOfABreakerDueForHalfOpen: an open breaker whose open period is
+// over is due for half-open, as State and the metrics show it; a Trip of
+// it reopens it (half-open → open, reason trip, Since the Trip's time)
+// whether or not anyone looked at it before.
+func TestTripOfABreakerDueForHalfOpen(t *testing.T) {
+	run := func(t *testing.T, look bool) {
+		synctest.Test(t, func(t *testing.T) {
+			start := time.Now()
+			log := &transitionLog{}
+			tr := New(newDep(http.StatusInternalServerError), WithMinRequests(1), WithJitter(0),
+				WithOpenTimeout(time.Second), WithOnTransition(log.record))
+			_, _ = get(t, tr, testURL) // open for 1 s
+			time.Sleep(2 * time.Second)
+			if look {
+				require.Equal(t, StateHalfOpen, tr.State(testKey))
+			}
+			tr.Trip(testKey, time.Minute)
+			s := tr.Snapshot()[0]
+			require.Equal(t, StateOpen, s.State)
+			require.Equal(t, ReasonTrip, s.Reason)
+			require.Equal(t, 2*time.Second, s.Since.Sub(start))
+			require.Equal(t, []string{testKey + ": closed→open", testKey + ": open→half-open", testKey + ": half-open→open"}, log.list())
+			st, _ := tr.breakers.get(testKey).b.stats(tr.now(), false)
+			require.Equal(t, time.Second, st.open, "the first open period, until it ended")
+		})
+	}
+	t.Run("looked at", func(t *testing.T) { run(t, true) })
+	t.Run("not looked at", func(t *testing.T) { run(t, false) })
+}

@@ -82,6 +82,14 @@ func (w *window) addSlow(b *bucket, idx int64, o Outcome) {
 	b.counts[o].Add(1)
 }
 
+// addTotal records outcome o in the totals only, outside every bucket:
+// the outcome of a call admitted in a state that is over.
+func (w *window) addTotal(o Outcome) {
+	w.mu.Lock()
+	w.retired[o]++
+	w.mu.Unlock()
+}
+
 // retireLocked moves b's counts to retired, and forgets its hint.
 // Requires w.mu held.
 func (w *window) retireLocked(b *bucket) {
