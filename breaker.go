@@ -288,6 +288,7 @@ func (b *breaker) admitState(now int64, s *settings) (ticket, rejectReason, *tra
 			b.mu.Lock()
 			if b.word.Load() == w {
 				b.retryAt.Store(later(now, s.leaseRecheck()))
+				b.operator = false // an operator's trip is over: the fleet's close may close it
 			}
 			b.mu.Unlock()
 			return b.refuse(rejectOpen)

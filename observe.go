@@ -289,8 +289,8 @@ func (t *Transport) report(tr *transition) {
 		switch tr.To {
 		case StateOpen:
 			h := Hint{Key: tr.Key, State: StateOpen, Cycles: tr.cycles, Operator: tr.operator}
-			if tr.retryAt != never { // else an operator's "until Reset": the zero time
-				h.RetryAt = wall(t.epoch, tr.retryAt)
+			if tr.retryAt != never || !tr.operator { // an operator's "until Reset" is the zero time
+				h.RetryAt = wall(t.epoch, tr.retryAt) // any other open the clock cannot reach: centuries ahead
 			}
 			tell = append(tell, func() { s.Publish(h) })
 		case StateClosed:

@@ -195,13 +195,13 @@ func (b *breaker) backoff() int {
 }
 
 // hintClose takes a fleet's word at clock time now that the dependency
-// is back: an open or half-open breaker closes, unless an operator opened
-// it (only a reset closes that).
+// is back: an open or half-open breaker closes, unless an operator's
+// trip still holds it (only a reset, or the trip's end, closes that).
 func (b *breaker) hintClose(now int64) *transition {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if stateOf(b.word.Load()) == StateClosed || b.operator {
-		return nil
+	if stateOf(b.word.Load()) == StateClosed || b.operator && now < b.retryAt.Load() {
+		return nil // an operator's trip holds until its end, or Reset
 	}
 	tr := b.closeLocked(now, ReasonFleet)
 	if tr != nil {

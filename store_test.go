@@ -224,3 +224,64 @@ func TestTripWithoutALocalBreakerStillReachesTheFleet(t *testing.T) {
 		require.Equal(t, time.Now().Add(time.Hour), h.RetryAt)
 	})
 }
+
+// TestFleetCloseAfterATripEndsClosesEveryone: once an operator's Trip is
+// over, the fleet's prober probes and its published close closes every
+// instance, also one whose tripped breaker has not moved since.
+func TestFleetCloseAfterATripEndsClosesEveryone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newMemStore()
+		da, db := newDep(200), newDep(200)
+		opts := []Option{WithStore(s), WithProbesToClose(1)}
+		a, b := New(da, opts...), New(db, opts...)
+		_, _ = get(t, a, testURL)
+		_, _ = get(t, b, testURL) // both have a breaker for the key
+		a.Trip(testKey, time.Minute)
+		require.Equal(t, StateOpen, b.State(testKey), "b took the trip")
+		time.Sleep(time.Minute) // the trip is over everywhere
+
+		// b is asked first, but another instance holds the lease.
+		s.lease = LeaseDenied
+		resp, _ := get(t, b, testURL)
+		require.True(t, IsRejected(resp), "b waits for the fleet's prober")
+
+		// a holds the lease and probes: the dependency is back.
+		s.lease = LeaseGranted
+		resp, _ = get(t, a, testURL)
+		require.False(t, IsRejected(resp))
+		require.Equal(t, StateClosed, a.State(testKey))
+		require.Equal(t, Hint{Key: testKey, State: StateClosed}, s.hints()[len(s.hints())-1], "a's close was published")
+
+		require.Equal(t, StateClosed, b.State(testKey), "the prober's close closes b, whose trip is over")
+		calls := db.calls.Load()
+		resp, _ = get(t, b, testURL)
+		require.False(t, IsRejected(resp), "b answers from the dependency")
+		require.Equal(t, calls+1, db.calls.Load())
+	})
+}
+
+// TestFleetLearnsAnOpenTheClockCannotEnd: a breaker whose open period is one
+// the clock cannot reach (open timeout of time.Duration(math.MaxInt64),
+// accepted: "such a value means 'very long', never 'already passed'")
+// opens; the fleet must learn it ("when one instance's breaker opens, the
+// others open theirs"). Its hint is published with the zero RetryAt, which
+// the other instances read as a time in the past, and ignore.
+func TestFleetLearnsAnOpenTheClockCannotEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newMemStore()
+		d := newDep(500)
+		opts := []Option{WithStore(s), WithMinRequests(3), WithJitter(0),
+			WithOpenTimeout(time.Duration(math.MaxInt64)), WithMaxOpenTimeout(time.Duration(math.MaxInt64))}
+		a, b := New(d, opts...), New(d, opts...)
+		_, _ = get(t, b, testURL) // b has a breaker for the key
+		for range 3 {
+			_, _ = get(t, a, testURL)
+		}
+		require.Equal(t, StateOpen, a.State(testKey))
+		h := s.hints()
+		require.Len(t, h, 1)
+		require.False(t, h[0].Operator)
+		require.True(t, h[0].RetryAt.After(time.Now().Add(100*365*24*time.Hour)), "centuries ahead")
+		require.Equal(t, StateOpen, b.State(testKey), "b learnt a's open from the fleet")
+	})
+}
