@@ -40,8 +40,13 @@ func (g *guard) endCallTimeout(sent *http.Request, resp *http.Response, err erro
 	case resp.Body == nil || resp.Body == http.NoBody:
 		cancel()
 	case resp.StatusCode == http.StatusSwitchingProtocols:
-		// The body is the new protocol's connection; the context is
-		// released when its deadline passes.
+		// The body is the new protocol's connection: it stays writable,
+		// and closing it releases the context.
+		if rwc, ok := resp.Body.(io.ReadWriteCloser); ok {
+			resp.Body = &releasingConn{ReadWriteCloser: rwc, release: cancel}
+		} else {
+			resp.Body = &releasingBody{ReadCloser: resp.Body, release: cancel}
+		}
 	default:
 		resp.Body = &releasingBody{ReadCloser: resp.Body, release: cancel}
 	}
@@ -93,5 +98,20 @@ func (b *releasingBody) Read(p []byte) (int, error) {
 func (b *releasingBody) Close() error {
 	err := b.ReadCloser.Close()
 	b.release()
+	return err
+}
+
+// releasingConn is the body of a 101 Switching Protocols response, the
+// new protocol's connection, that releases its call's context when it is
+// closed.
+type releasingConn struct {
+	io.ReadWriteCloser
+	release context.CancelFunc
+}
+
+// Close closes the connection and releases the context.
+func (c *releasingConn) Close() error {
+	err := c.ReadWriteCloser.Close()
+	c.release()
 	return err
 }

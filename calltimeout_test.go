@@ -13,6 +13,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/hashicorp/go-cleanhttp"
 	"github.com/stretchr/testify/require"
 )
 
@@ -366,4 +367,48 @@ func TestCallerCancellationIsIgnored(t *testing.T) {
 		require.Equal(t, StateClosed, tr.State(testKey))
 		require.Zero(t, tr.Snapshot()[0].Requests)
 	})
+}
+
+// TestCallTimeoutReleasedWhenAnUpgradeIsClosed: a 101's body, the new
+// protocol's connection, stays writable under a call timeout, and
+// closing it releases the call timeout's context and timer at once, not
+// when the timeout passes.
+func TestCallTimeoutReleasedWhenAnUpgradeIsClosed(t *testing.T) {
+	faultNoLeaks(t)
+	srv := faultServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		if brw.Flush() != nil {
+			return
+		}
+		_, _ = io.Copy(c, brw.Reader)
+	}), false, false)
+	var sent context.Context
+	rt := cleanhttp.DefaultPooledTransport()
+	t.Cleanup(rt.CloseIdleConnections)
+	tr := New(rtFunc(func(r *http.Request) (*http.Response, error) {
+		sent = r.Context()
+		return rt.RoundTrip(r)
+	}), WithCallTimeout(time.Hour))
+	req := mustReq(t, srv.URL+"/ws")
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "echo")
+	resp, err := tr.RoundTrip(req)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
+	rwc, ok := resp.Body.(io.ReadWriteCloser)
+	require.True(t, ok, "%T", resp.Body)
+	_, err = io.WriteString(rwc, "ping")
+	require.NoError(t, err)
+	buf := make([]byte, 4)
+	_, err = io.ReadFull(rwc, buf)
+	require.NoError(t, err)
+	require.Equal(t, "ping", string(buf))
+	require.NoError(t, sent.Err(), "live while the connection is")
+	require.NoError(t, rwc.Close())
+	require.ErrorIs(t, sent.Err(), context.Canceled, "released when it is closed")
 }

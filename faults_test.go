@@ -581,6 +581,7 @@ func TestFaultProtocolUpgradePassesThrough(t *testing.T) {
 	}{
 		{"default", nil},
 		{"WithBodyErrors", []Option{WithBodyErrors()}}, // a 101's body is not watched
+		{"WithCallTimeout", []Option{WithCallTimeout(time.Hour)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			faultNoLeaks(t)

@@ -309,7 +309,9 @@ func WithQueue(n int, maxWait time.Duration) Option {
 // that deadline, unless its own deadline is earlier (the caller's request
 // is never modified). The deadline's context is released when the
 // response body is closed or read to its end, or at once when next
-// returns an error: read or close every body. A call that ends because
+// returns an error: read or close every body (a 101 Switching Protocols
+// response's body, the new protocol's connection, stays an
+// io.ReadWriteCloser, and releases it when closed). A call that ends because
 // its call timeout passed is a failure, however short d is; its error
 // satisfies errors.Is(err, context.DeadlineExceeded) and, through
 // http.Client, net.Error's Timeout. Set it per dependency with WithPolicy.
