@@ -329,3 +329,42 @@ func TestFleetBacksOffAsOneBreaker(t *testing.T) {
 		}
 	}
 }
+
+// TestBreakerMadeWhileUnhealthyLearnsATripOnRecovery: a breaker made
+// while its Store is unhealthy (Redis stalled) decides locally, since
+// Lookup cannot answer; once the Store has synchronised again, it learns
+// the trip the fleet still holds (here until Reset).
+func TestBreakerMadeWhileUnhealthyLearnsATripOnRecovery(t *testing.T) {
+	r := startRedis(t)
+	so := Options{ResyncInterval: 200 * time.Millisecond}
+	sa := newTestStore(t, newClient(t, r.Addr()), so)
+	sb := newTestStore(t, newClient(t, r.Addr()), so)
+	waitHealthy(t, 5*time.Second, sa, sb)
+	dep := &memDependency{}
+	a := httpbreaker.New(dep, httpbreaker.WithStore(sa))
+	b := httpbreaker.New(dep, httpbreaker.WithStore(sb))
+	const key = "api.test"
+	const url = "http://api.test/x"
+
+	a.Trip(key, time.Duration(math.MaxInt64)) // until Reset, on every instance
+	eventually(t, 2*time.Second, "B's Store learns the trip", func() bool {
+		h, ok := sb.Lookup(key)
+		return ok && h.Operator
+	})
+
+	// Redis stalls: B's Store notices and falls back.
+	r.Freeze()
+	eventually(t, 5*time.Second, "B's Store unhealthy", func() bool { return !sb.healthy.Load() })
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	if resp, err := b.RoundTrip(req); err == nil {
+		resp.Body.Close() // B decides locally while Redis is out: documented
+	}
+	r.Thaw()
+	waitHealthy(t, 5*time.Second, sb)
+	if h, ok := sb.Lookup(key); !ok || !h.Operator {
+		t.Fatalf("the trip no longer in B's Store: %+v %v", h, ok)
+	}
+	eventually(t, 3*time.Second, "B's breaker tripped after B resynchronised", func() bool {
+		return b.State(key) == httpbreaker.StateOpen
+	})
+}

@@ -522,6 +522,7 @@ func (s *Store) resync() error {
 			s.releaseLocked(k)
 		}
 	}
+	news = append(news, s.missedLocked(now)...) // for breakers made while Lookup could not answer
 	s.mu.Unlock()
 	for _, h := range news {
 		s.post(h, 0)

@@ -284,7 +284,15 @@ type Store struct {
 	trips  map[string]tripEntry    // known operator's trips, by key; guarded by mu
 	resets map[string]pendingReset // this Store's members' Resets not yet in Redis; guarded by mu
 	leases map[string]leaseState   // guarded by mu
-	seq    uint64                  // the last number given to an operator's hint of a member; guarded by mu
+	// missed are the keys Lookup answered false for while the Store was
+	// not healthy: breakers made then, which learn what the Store knows
+	// of their keys at the next resync (see missLocked); guarded by mu.
+	missed map[string]struct{}
+	// missedMany is set when more than maxMissed keys were missed: the
+	// next resync delivers every trip and open hint it knows; guarded by
+	// mu.
+	missedMany bool
+	seq        uint64 // the last number given to an operator's hint of a member; guarded by mu
 
 	// members are the Store's members, member n at index n-1. Join
 	// appends; nothing else changes it, so a copy of the slice header
@@ -459,6 +467,7 @@ func newStore(client redis.UniversalClient, opts Options) (*Store, error) {
 		trips:       make(map[string]tripEntry),
 		resets:      make(map[string]pendingReset),
 		leases:      make(map[string]leaseState),
+		missed:      make(map[string]struct{}),
 	}, nil
 }
 
@@ -669,9 +678,14 @@ func (s *Store) trippedLocked(key string, now time.Time) bool {
 // and a zero RetryAt for one until Reset), or else the latest open hint,
 // with its Cycles. While Redis is unavailable, or before the Store has
 // synchronised, it returns false: the hints in memory may be stale, and
-// each instance falls back on its own breakers. It reads memory only.
+// each instance falls back on its own breakers; the breaker made then
+// learns, once the Store has synchronised again, the trip or open hint
+// the Store knows for its key. It reads memory only.
 func (s *Store) Lookup(key string) (httpbreaker.Hint, bool) {
 	if !s.healthy.Load() {
+		s.mu.Lock()
+		s.missLocked(key)
+		s.mu.Unlock()
 		return httpbreaker.Hint{}, false
 	}
 	now := s.now()
@@ -686,6 +700,51 @@ func (s *Store) Lookup(key string) (httpbreaker.Hint, bool) {
 		return httpbreaker.Hint{}, false
 	}
 	return httpbreaker.Hint{Key: key, State: httpbreaker.StateOpen, RetryAt: e.retryAt, Cycles: e.cycles}, true
+}
+
+// maxMissed bounds the keys remembered as missed (see Store.missed).
+const maxMissed = 10_000
+
+// missLocked remembers that Lookup could not answer for key. Requires
+// s.mu held.
+func (s *Store) missLocked(key string) {
+	if len(s.missed) < maxMissed {
+		s.missed[key] = struct{}{}
+	} else {
+		s.missedMany = true
+	}
+}
+
+// missedLocked returns the hints that the breakers made while the Store
+// could not answer Lookup have to learn at clock time now: the live trip
+// or open hint known for each missed key (every one, when too many keys
+// were missed to remember), and forgets the misses. Requires s.mu held.
+func (s *Store) missedLocked(now time.Time) []httpbreaker.Hint {
+	var hs []httpbreaker.Hint
+	known := func(k string) {
+		if t, ok := s.trips[k]; ok && t.live(now) {
+			hs = append(hs, t.hint(k))
+		} else if e, ok := s.hints[k]; ok && e.retryAt.After(now) {
+			hs = append(hs, httpbreaker.Hint{Key: k, State: httpbreaker.StateOpen, RetryAt: e.retryAt, Cycles: e.cycles})
+		}
+	}
+	if s.missedMany {
+		for k := range s.trips {
+			known(k)
+		}
+		for k := range s.hints {
+			if _, tripped := s.trips[k]; !tripped {
+				known(k)
+			}
+		}
+	} else {
+		for k := range s.missed {
+			known(k)
+		}
+	}
+	clear(s.missed)
+	s.missedMany = false
+	return hs
 }
 
 // fail counts a failed operation, marks Redis unavailable and, the first
