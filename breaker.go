@@ -358,6 +358,7 @@ func (b *breaker) countProbe(tk ticket, o Outcome, now int64, retryAfter time.Du
 	defer b.mu.Unlock()
 	s := b.cfg.Load()
 	if tr := b.advanceLocked(now, s, false); tr != nil {
+		b.window().addTotal(o)
 		return b.queueLocked(tr) // the probe outlived the bound: it counted as failed then
 	}
 	w := b.word.Load()

@@ -244,3 +244,30 @@ func TestRequestsTotalCountsLateOutcomes(t *testing.T) {
 		require.EqualValues(t, 1, tr.Snapshot()[0].Failures, "the window holds the one that decided")
 	})
 }
+
+// TestRequestsTotalCountsAProbePastItsBound: a probe that answers after
+// the probe bound reopened its breaker decides nothing, but it was
+// admitted: breaker_requests_total counts its outcome.
+func TestRequestsTotalCountsAProbePastItsBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		slow := false
+		next := rtFunc(func(r *http.Request) (*http.Response, error) {
+			if slow {
+				time.Sleep(2 * time.Second) // past the probe bound (1 s)
+				return response(r, http.StatusOK, nil), nil
+			}
+			return response(r, http.StatusInternalServerError, nil), nil
+		})
+		reg := prometheus.NewRegistry()
+		tr := New(next, WithMinRequests(1), WithJitter(0), WithOpenTimeout(time.Second),
+			WithMaxOpenTimeout(time.Second), WithMetrics(reg))
+		_, _ = get(t, tr, testURL) // trips
+		time.Sleep(time.Second)
+		slow = true
+		resp, err := get(t, tr, testURL) // the probe
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.NotEqual(t, StateClosed, tr.State(testKey), "it decided nothing")
+		require.EqualValues(t, 1, gaugeValue(t, reg, "breaker_requests_total", `outcome="success"`))
+	})
+}
