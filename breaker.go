@@ -186,6 +186,11 @@ type breaker struct {
 	// recheck makes the next success check the trip rule: configure sets
 	// it, since new settings may find the window at the rate already.
 	recheck atomic.Bool
+	// evicted is set, with mu held, when the Transport drops the breaker's
+	// circuit, for those that still hold a pointer to it (see
+	// Transport.routeCircuit, Transport.settle); nothing that takes mu
+	// changes an evicted breaker's state (see trip, maybeTrip).
+	evicted atomic.Bool
 
 	created int64     // clock time the breaker was made
 	epoch   time.Time // the wall time of clock time 0, for transitions' At
@@ -454,8 +459,8 @@ func (b *breaker) maybeTrip(w uint64, now int64, s *settings, o Outcome) *transi
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.word.Load() != w {
-		return nil
+	if b.word.Load() != w || b.evicted.Load() {
+		return nil // decided already, or evicted: the outcome counts for the key's next breaker (see Transport.settle)
 	}
 	return b.queueLocked(b.openLocked(now, b.openDuration(now, s), reason, countsOf(c)))
 }
@@ -677,13 +682,17 @@ func (b *breaker) displayLocked(now int64) (State, int64, Reason) {
 }
 
 // trip opens the breaker at clock time now for exactly d, whatever its
-// state, once the transitions time alone has caused by now are made: an operator's action, here or (fleet) on another instance,
+// state, once the transitions time alone has caused by now are made, and
+// reports true; for an evicted breaker it does nothing and reports false: an operator's action, here or (fleet) on another instance,
 // whose breaker had backed off cycles failed probe cycles (the breaker
 // backs off from at least that many from now on). A trip of an open
 // breaker is no transition, but the breaker's reason becomes ReasonTrip.
-func (b *breaker) trip(now int64, d time.Duration, fleet bool, cycles int) *transition {
+func (b *breaker) trip(now int64, d time.Duration, fleet bool, cycles int) (*transition, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.evicted.Load() {
+		return nil, false
+	}
 	b.cycles = max(b.cycles, cycles)
 	due := b.queueLocked(b.advanceLocked(now, b.cfg.Load(), false)) // an open period that is over is over: its Trip reopens it
 	tr := b.openLocked(now, d, ReasonTrip, b.countsLocked(now))
@@ -693,9 +702,9 @@ func (b *breaker) trip(now int64, d time.Duration, fleet bool, cycles int) *tran
 		tr.operator, tr.fleet = true, fleet
 	}
 	if b.queueLocked(tr); due != nil {
-		return due // the first queued: delivering it delivers the Trip's too
+		return due, true // the first queued: delivering it delivers the Trip's too
 	}
-	return tr
+	return tr, true
 }
 
 // reset closes the breaker at clock time now and clears its counts and

@@ -13,9 +13,6 @@ type circuit struct {
 	b    breaker
 	pol  atomic.Pointer[policy] // what its calls run under; a call loads it once
 	hash uint64                 // of the key in the Transport's table; set before it is published
-	// evicted is set when the Transport drops the circuit, for those that
-	// still hold a pointer to it (see Transport.routeCircuit).
-	evicted atomic.Bool
 	// openErr is the error shared by the rejections of the current open
 	// period (see Transport.rejectedError).
 	openErr atomic.Pointer[RejectedError]
@@ -112,25 +109,36 @@ func (t *Transport) create(req *http.Request, key string) *circuit {
 // all the same: through the key's live circuit, made again if needed, if
 // that is closed.
 func (t *Transport) settle(c *circuit, tk ticket, o Outcome, end int64, retryAfter time.Duration) *transition {
-	if c.evicted.Load() {
-		return t.settleEvicted(c.key(), tk, o, end, retryAfter)
+	if c.b.evicted.Load() {
+		return t.settleEvicted(c, tk, o, end, retryAfter, false)
 	}
-	return c.b.count(tk, o, end, retryAfter)
+	tr := c.b.count(tk, o, end, retryAfter)
+	if tr == nil && c.b.evicted.Load() { // evicted as it counted: the count may have gone with it (see circuit.evict)
+		return t.settleEvicted(c, tk, o, end, retryAfter, true)
+	}
+	return tr
 }
 
-// settleEvicted is settle for a call whose circuit, of key, was evicted.
-// A key whose mode is now off (an Update dropped its circuit) has no
-// breaker to count it.
-func (t *Transport) settleEvicted(key string, tk ticket, o Outcome, end int64, retryAfter time.Duration) *transition {
-	c := t.keyCircuit(nil, key)
-	if c == nil || c.key() != key || c.pol.Load().mode == ModeOff {
+// settleEvicted is settle for a call whose circuit c was evicted, and
+// which c has counted already if counted. A key whose mode is now off (an
+// Update dropped its circuit) has no breaker to count it. If c is still
+// its key's live circuit, its eviction was called off (see circuit.evict).
+func (t *Transport) settleEvicted(c *circuit, tk ticket, o Outcome, end int64, retryAfter time.Duration, counted bool) *transition {
+	key := c.key()
+	live := t.keyCircuit(nil, key)
+	switch {
+	case live == c && counted:
+		return nil
+	case live == c:
+		return c.b.count(tk, o, end, retryAfter)
+	case live == nil || live.key() != key || live.pol.Load().mode == ModeOff:
 		return nil
 	}
-	tk, ok := c.b.adopt(tk)
+	tk, ok := live.b.adopt(tk)
 	if !ok {
 		return nil
 	}
-	return c.b.count(tk, o, end, retryAfter)
+	return live.b.count(tk, o, end, retryAfter)
 }
 
 // existing is create when the cap leaves no room for a new circuit: the
@@ -162,7 +170,7 @@ func (t *Transport) evictLocked(now int64) bool {
 	}
 	var victim *circuit
 	t.breakers.each(func(c *circuit) bool {
-		if c.pol.Load().mode == ModeOff || c.bulk.inflight.Load() == 0 && c.b.idle(now) { // an off key keeps nothing worth keeping
+		if c.evictable(now) && c.evict(now) {
 			victim = c
 			return false
 		}
@@ -173,7 +181,31 @@ func (t *Transport) evictLocked(now int64) bool {
 		return false
 	}
 	t.breakers.remove(victim)
-	victim.evicted.Store(true)
+	return true
+}
+
+// evictable reports whether c may be evicted at clock time now: its key
+// is off (it keeps nothing worth keeping), or its breaker is idle and its
+// bulkhead empty.
+func (c *circuit) evictable(now int64) bool {
+	return c.pol.Load().mode == ModeOff || c.bulk.inflight.Load() == 0 && c.b.idle(now)
+}
+
+// evict marks c evicted if it is still evictable, and reports whether it
+// did. The mark is set with the breaker's lock held, so that no Trip or
+// trip lands on an evicted breaker (both look for it under the lock),
+// and before the last look at the breaker: a call counted meanwhile
+// either shows in that look, and the eviction is called off, or sees the
+// mark after it counted, and counts for its key's next breaker (see
+// Transport.settle).
+func (c *circuit) evict(now int64) bool {
+	c.b.mu.Lock()
+	defer c.b.mu.Unlock()
+	c.b.evicted.Store(true)
+	if !c.evictable(now) {
+		c.b.evicted.Store(false)
+		return false
+	}
 	return true
 }
 

@@ -2,7 +2,9 @@ package httpbreaker
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -287,4 +289,88 @@ func TestEvictedWithCallsInFlightStillTrips(t *testing.T) {
 		require.True(t, IsRejected(resp), "the hung dependency is protected")
 		require.EqualValues(t, 20, hung.Load())
 	})
+}
+
+// TestTripRacingEvictionIsNeverLost: a Trip of a closed, idle breaker
+// that eviction removes at the same moment trips the key's live breaker,
+// never the removed one: the key is open after every Trip that reported
+// its transition, and each key's transitions form one path. Real time
+// and real contention: eviction churns all along.
+func TestTripRacingEvictionIsNeverLost(t *testing.T) {
+	const window = 10 * time.Millisecond
+	var mu sync.Mutex
+	last := map[string]State{}
+	trips := map[string]int{}
+	var broken atomic.Value
+	tr := New(rtFunc(func(r *http.Request) (*http.Response, error) { return response(r, http.StatusOK, nil), nil }),
+		WithMaxBreakers(4), WithWindow(window), WithMinRequests(1000), WithJitter(0),
+		WithOnTransition(func(x Transition) {
+			mu.Lock()
+			defer mu.Unlock()
+			if last[x.Key] != x.From {
+				broken.CompareAndSwap(nil, fmt.Sprintf("%s: %s→%s after %s", x.Key, x.From, x.To, last[x.Key]))
+			}
+			last[x.Key] = x.To
+			if x.Reason == ReasonTrip {
+				trips[x.Key]++
+			}
+		}))
+	tripsOf := func(key string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return trips[key]
+	}
+	stop := make(chan struct{})
+	var churn sync.WaitGroup
+	var seq atomic.Int64
+	for range 2 { // new keys that want a place, evicting idle breakers
+		churn.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				resp, err := get(t, tr, "http://churn"+strconv.FormatInt(seq.Add(1), 10)+".test/")
+				if err == nil {
+					resp.Body.Close()
+				}
+			}
+		})
+	}
+	var held, lost atomic.Int64
+	deadline := time.Now().Add(2 * time.Second)
+	var ops sync.WaitGroup
+	for g := range 3 {
+		ops.Go(func() {
+			key := "op" + strconv.Itoa(g) + ".test"
+			for time.Now().Before(deadline) {
+				tr.Trip(key, time.Hour)
+				if tr.State(key) != StateOpen {
+					continue // no room
+				}
+				time.Sleep(window + time.Millisecond) // older than a window: idle once closed
+				for i := 0; i < 50 && time.Now().Before(deadline); i++ {
+					tr.Reset(key) // closed and idle
+					before := tripsOf(key)
+					tr.Trip(key, time.Hour)
+					if tripsOf(key) == before {
+						break // no room: Trip made no breaker
+					}
+					if tr.State(key) != StateOpen {
+						lost.Add(1)
+						break
+					}
+					held.Add(1)
+				}
+				tr.Reset(key)
+			}
+		})
+	}
+	ops.Wait()
+	close(stop)
+	churn.Wait()
+	require.Positive(t, held.Load())
+	require.Zero(t, lost.Load(), "Trips reported that did not leave their key open")
+	require.Nil(t, broken.Load(), "a key's transitions are one path")
 }

@@ -119,7 +119,7 @@ func (r *routeBreakers) get(i int, host string) *circuit {
 	if l := r.pats[i].Load(); l != nil {
 		for _, e := range *l {
 			if e.host == host {
-				if e.b.evicted.Load() {
+				if e.b.b.evicted.Load() {
 					return nil
 				}
 				return e.b
@@ -144,7 +144,7 @@ func (r *routeBreakers) put(i int, host string, b *circuit) {
 	}
 	l := make([]hostBreaker, 0, len(old)+1)
 	for _, e := range old {
-		if e.host != host && !e.b.evicted.Load() {
+		if e.host != host && !e.b.b.evicted.Load() {
 			l = append(l, e)
 		}
 	}
@@ -163,7 +163,7 @@ func (r *routeBreakers) room(i int) bool {
 		return true
 	}
 	for _, e := range *l {
-		if e.b.evicted.Load() {
+		if e.b.b.evicted.Load() {
 			return true
 		}
 	}

@@ -141,7 +141,8 @@ func (t *Transport) take(c *circuit, h Hint) {
 				return
 			}
 		}
-		t.notify(c.b.trip(t.now(), d, true, h.Cycles))
+		tr, _ := c.b.trip(t.now(), d, true, h.Cycles) // an evicted breaker's key learns it by Lookup when made again
+		t.notify(tr)
 	case h.State == StateOpen:
 		t.notify(c.b.hintOpen(t.now(), time.Until(h.RetryAt), h.Cycles))
 	case h.State == StateClosed && h.Operator:

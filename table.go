@@ -186,7 +186,7 @@ func (t *breakerTable) remove(b *circuit) {
 func (t *breakerTable) eachKey(limit int, f func(*circuit) bool) {
 	seen := make(map[string]struct{})
 	t.each(func(b *circuit) bool {
-		if _, dup := seen[b.b.key]; dup || b.evicted.Load() {
+		if _, dup := seen[b.b.key]; dup || b.b.evicted.Load() {
 			return true
 		}
 		if len(seen) == limit {

@@ -369,15 +369,26 @@ func (t *Transport) State(key string) State {
 // keeps it open until Reset, and its refusals say Retry-After: 3600 (see
 // IsRejected). A d of zero or less does nothing. A key for which the cap
 // (WithMaxBreakers) leaves no room, or whose mode is off, gets no breaker
-// here (Trip logs so), but the fleet is still told. A Trip of an open breaker is no
-// transition: its open period starts again, for d, its Status.Since
-// stays, and its Status.Reason becomes ReasonTrip. With a Store
+// here (Trip logs so), but the fleet is still told. A Trip of an open
+// breaker is no transition: its open period starts again, for d, its
+// Status.Since stays, and its Status.Reason becomes ReasonTrip. With a Store
 // (WithStore), it opens key on every instance for exactly d.
 func (t *Transport) Trip(key string, d time.Duration) {
 	if d <= 0 {
 		return
 	}
 	key = canonicalHostKey(key)
+	for {
+		if t.tripOnce(key, d) {
+			return
+		}
+	}
+}
+
+// tripOnce is Trip, and reports false when the breaker it found was
+// evicted before it could trip it: then Trip tries the key's next one
+// (made just now, so younger than a window and not idle).
+func (t *Transport) tripOnce(key string, d time.Duration) bool {
 	c := t.breakers.get(key)
 	if c == nil && len(key) <= maxKeyLen {
 		c = t.create(nil, key) // none for a key whose mode is off
@@ -394,10 +405,13 @@ func (t *Transport) Trip(key string, d time.Duration) {
 		if t.member != nil { // other instances may have one
 			t.member.Publish(Hint{Key: key, State: StateOpen, Operator: true, RetryAt: t.until(now, d)})
 		}
-		return
+		return true
 	}
-	tr := c.b.trip(now, d, false, 0)
-	t.operate(c, tr, Hint{Key: key, State: StateOpen, Operator: true, RetryAt: t.until(now, d), Cycles: c.b.backoff()})
+	tr, ok := c.b.trip(now, d, false, 0)
+	if ok {
+		t.operate(c, tr, Hint{Key: key, State: StateOpen, Operator: true, RetryAt: t.until(now, d), Cycles: c.b.backoff()})
+	}
+	return ok
 }
 
 // until is the wall time d after clock time now, or the zero time for a

@@ -97,7 +97,9 @@ func (t *Transport) update(opts []Option) error {
 	})
 	for _, k := range gone {
 		t.breakers.remove(k)
-		k.evicted.Store(true)
+		k.b.mu.Lock()
+		k.b.evicted.Store(true)
+		k.b.mu.Unlock()
 		k.bulk.letGo() // after evicted: what they answer counts nowhere
 	}
 	t.mu.Unlock()
