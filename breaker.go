@@ -682,11 +682,12 @@ func (b *breaker) displayLocked(now int64) (State, int64, Reason) {
 }
 
 // trip opens the breaker at clock time now for exactly d, whatever its
-// state, once the transitions time alone has caused by now are made, and
-// reports true; for an evicted breaker it does nothing and reports false: an operator's action, here or (fleet) on another instance,
-// whose breaker had backed off cycles failed probe cycles (the breaker
-// backs off from at least that many from now on). A trip of an open
-// breaker is no transition, but the breaker's reason becomes ReasonTrip.
+// state, once the transitions time alone has caused by now are made: an
+// operator's action, here or (fleet) on another instance, whose breaker
+// had backed off cycles failed probe cycles (the breaker backs off from
+// at least that many from now on). A trip of an open breaker is no
+// transition, but the breaker's reason becomes ReasonTrip. It reports
+// false, and does nothing, for an evicted breaker.
 func (b *breaker) trip(now int64, d time.Duration, fleet bool, cycles int) (*transition, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
