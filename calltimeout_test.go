@@ -375,18 +375,7 @@ func TestCallerCancellationIsIgnored(t *testing.T) {
 // when the timeout passes.
 func TestCallTimeoutReleasedWhenAnUpgradeIsClosed(t *testing.T) {
 	faultNoLeaks(t)
-	srv := faultServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, brw, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
-		if brw.Flush() != nil {
-			return
-		}
-		_, _ = io.Copy(c, brw.Reader)
-	}), false, false)
+	srv := echoUpgradeServer(t)
 	var sent context.Context
 	rt := cleanhttp.DefaultPooledTransport()
 	t.Cleanup(rt.CloseIdleConnections)

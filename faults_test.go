@@ -571,6 +571,28 @@ func TestFaultHTTP2GoAway(t *testing.T) {
 	})
 }
 
+// echoUpgradeServer is a server on 127.0.0.1 that switches a request
+// asking "Upgrade: echo" to a protocol that echoes what it reads, until
+// the client closes; it answers any other request 426.
+func echoUpgradeServer(t *testing.T) *httptest.Server {
+	return faultServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "echo" {
+			http.Error(w, "upgrade required", http.StatusUpgradeRequired)
+			return
+		}
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		if brw.Flush() != nil {
+			return
+		}
+		_, _ = io.Copy(c, brw.Reader) // echo until the client closes
+	}), false, false)
+}
+
 // TestFaultProtocolUpgradePassesThrough: a 101 Switching Protocols
 // response reaches the caller untouched, its Body still the transport's
 // io.ReadWriteCloser over the connection, and is recorded as a success.
@@ -585,22 +607,7 @@ func TestFaultProtocolUpgradePassesThrough(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			faultNoLeaks(t)
-			srv := faultServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if r.Header.Get("Upgrade") != "echo" {
-					http.Error(w, "upgrade required", http.StatusUpgradeRequired)
-					return
-				}
-				c, brw, err := http.NewResponseController(w).Hijack()
-				if err != nil {
-					return
-				}
-				defer c.Close()
-				_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
-				if brw.Flush() != nil {
-					return
-				}
-				_, _ = io.Copy(c, brw.Reader) // echo until the client closes
-			}), false, false)
+			srv := echoUpgradeServer(t)
 			rig := newFaultRig(t, cleanhttp.DefaultPooledTransport(), 0, tc.opts...) // a client Timeout would wrap the body
 			req, err := http.NewRequest(http.MethodGet, srv.URL+"/ws", nil)
 			require.NoError(t, err)
