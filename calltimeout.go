@@ -40,11 +40,17 @@ func (g *guard) endCallTimeout(sent *http.Request, resp *http.Response, err erro
 	case resp.Body == nil || resp.Body == http.NoBody:
 		cancel()
 	case resp.StatusCode == http.StatusSwitchingProtocols:
-		// The body is the new protocol's connection: it stays writable,
-		// and closing it releases the context.
-		if rwc, ok := resp.Body.(io.ReadWriteCloser); ok {
+		// The body is the new protocol's connection: it stays writable
+		// (and half-closable, as net/http's is), and closing it releases
+		// the context.
+		rwc, ok := resp.Body.(io.ReadWriteCloser)
+		_, half := resp.Body.(closeWriter)
+		switch {
+		case ok && half:
+			resp.Body = &releasingHalfConn{releasingConn{ReadWriteCloser: rwc, release: cancel}}
+		case ok:
 			resp.Body = &releasingConn{ReadWriteCloser: rwc, release: cancel}
-		} else {
+		default:
 			resp.Body = &releasingBody{ReadCloser: resp.Body, release: cancel}
 		}
 	default:
@@ -114,4 +120,19 @@ func (c *releasingConn) Close() error {
 	err := c.ReadWriteCloser.Close()
 	c.release()
 	return err
+}
+
+// closeWriter is a connection that can close its writing side alone, as
+// the body net/http gives a 101 can.
+type closeWriter interface{ CloseWrite() error }
+
+// releasingHalfConn is a releasingConn whose connection can half-close:
+// httputil.ReverseProxy asks for CloseWrite to pass a client's half-close
+// on to the backend.
+type releasingHalfConn struct{ releasingConn }
+
+// CloseWrite closes the connection's writing side; the context stays
+// until Close.
+func (c *releasingHalfConn) CloseWrite() error {
+	return c.ReadWriteCloser.(closeWriter).CloseWrite()
 }

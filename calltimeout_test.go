@@ -401,3 +401,40 @@ func TestCallTimeoutReleasedWhenAnUpgradeIsClosed(t *testing.T) {
 	require.NoError(t, rwc.Close())
 	require.ErrorIs(t, sent.Err(), context.Canceled, "released when it is closed")
 }
+
+// TestCallTimeoutUpgradeKeepsCloseWrite: under a call timeout, a 101's
+// body keeps the half-close net/http gives it (CloseWrite), as it has
+// without the option: httputil.ReverseProxy asks for it to pass a
+// client's half-close on to the backend, and without it ends the tunnel
+// before the backend's last answer.
+func TestCallTimeoutUpgradeKeepsCloseWrite(t *testing.T) {
+	for name, opts := range map[string][]Option{
+		"without the option": nil,
+		"WithCallTimeout":    {WithCallTimeout(time.Hour)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			faultNoLeaks(t)
+			srv := echoUpgradeServer(t)
+			rt := cleanhttp.DefaultPooledTransport()
+			t.Cleanup(rt.CloseIdleConnections)
+			req := mustReq(t, srv.URL+"/ws")
+			req.Header.Set("Connection", "Upgrade")
+			req.Header.Set("Upgrade", "echo")
+			resp, err := New(rt, opts...).RoundTrip(req)
+			require.NoError(t, err)
+			require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
+			defer resp.Body.Close()
+			cw, ok := resp.Body.(interface {
+				io.ReadWriter
+				CloseWrite() error
+			})
+			require.True(t, ok, "the 101's body can half-close: %T", resp.Body)
+			_, err = io.WriteString(cw, "ping")
+			require.NoError(t, err)
+			require.NoError(t, cw.CloseWrite())
+			got, err := io.ReadAll(cw) // the server echoes, sees our EOF, and closes
+			require.NoError(t, err)
+			require.Equal(t, "ping", string(got))
+		})
+	}
+}
