@@ -39,8 +39,11 @@ import (
 // unknown.
 //
 // Decoding refuses an unknown field, a selector or a field given twice,
-// and null for a field, inside retry_budget's object too; a wrong type
-// names the field and the form it wants. Options (and ParseConfig) refuse
+// and null for a field, inside retry_budget's object too, where a member
+// left out is refused as well (it would be zero: {"ratio": 0,
+// "min_per_second": 0} is the off form); a wrong type names the field
+// (and the member) and the form it wants, and a number too large for its
+// field says it is out of range. Options (and ParseConfig) refuse
 // a bad value or a relation that does not hold, naming the selector and
 // the field as the file does:
 // policies["pricing.internal"].max_open_timeout: must be at least
@@ -176,7 +179,8 @@ func decodeValue(t reflect.Type, v json.RawMessage) (reflect.Value, string) {
 	if isNull(v) {
 		return reflect.Value{}, fmt.Sprintf("want %s, got null", formOf(t))
 	}
-	if msg := checkMembers(t, v); msg != "" {
+	msg, missing := checkMembers(t, v)
+	if msg != "" {
 		return reflect.Value{}, msg
 	}
 	val := reflect.New(t)
@@ -184,28 +188,52 @@ func decodeValue(t reflect.Type, v json.RawMessage) (reflect.Value, string) {
 	dec.DisallowUnknownFields() // in a composite value too, nothing given is ignored
 	if err := dec.Decode(val.Interface()); err != nil {
 		if te := (*json.UnmarshalTypeError)(nil); errors.As(err, &te) {
-			return reflect.Value{}, fmt.Sprintf("want %s, got %s", formOf(t), shorten(v))
+			msg := fmt.Sprintf("want %s, got %s", formOf(t), shorten(v))
+			if te.Field != "" { // a member of a composite value: name it
+				msg = fmt.Sprintf("want %s, got %s", formOf(te.Type), te.Value)
+			}
+			if lit, ok := strings.CutPrefix(te.Value, "number "); ok && (te.Type.Kind() == reflect.Float64 || isWhole(lit)) {
+				msg = lit + " is out of range" // the form it wants, but too large for it
+			}
+			if te.Field != "" {
+				msg = te.Field + ": " + msg
+			}
+			return reflect.Value{}, msg
 		}
 		msg := strings.TrimPrefix(err.Error(), "httpbreaker: ")
 		return reflect.Value{}, strings.TrimPrefix(msg, "json: ")
 	}
+	if missing != "" {
+		return reflect.Value{}, missing + ": missing"
+	}
 	return val, ""
+}
+
+// isWhole reports whether the JSON number lit is written as a whole
+// number.
+func isWhole(lit string) bool {
+	lit = strings.TrimPrefix(lit, "-")
+	return lit != "" && strings.Trim(lit, "0123456789") == ""
 }
 
 // checkMembers says what encoding/json would let pass unseen in v, a
 // composite value of struct type t: a member given twice (it keeps the
-// last) or null (it leaves the field at zero). It leaves the rest,
-// unknown members and wrong types, to the decoder.
-func checkMembers(t reflect.Type, v json.RawMessage) string {
+// last) or null (it leaves the field at zero); and it names the first
+// member left out (which leaves the field at zero too), for the caller
+// to tell once the decoder has had its say. It leaves the rest, unknown
+// members and wrong types, to the decoder.
+func checkMembers(t reflect.Type, v json.RawMessage) (msg, missing string) {
 	if t.Kind() != reflect.Struct || !bytes.HasPrefix(bytes.TrimSpace(v), []byte("{")) {
-		return ""
+		return "", ""
 	}
+	seen := map[string]bool{}
 	err := eachMember(v, func(key, msg string) error {
 		if key == "" {
 			return errors.New(msg)
 		}
 		return errors.New(key + ": " + msg)
 	}, func(key string, m json.RawMessage) error {
+		seen[key] = true
 		if !isNull(m) {
 			return nil
 		}
@@ -217,9 +245,14 @@ func checkMembers(t reflect.Type, v json.RawMessage) string {
 		return nil
 	})
 	if err != nil {
-		return err.Error()
+		return err.Error(), ""
 	}
-	return ""
+	for i := range t.NumField() {
+		if name := jsonName(t.Field(i)); name != "" && !seen[name] {
+			return "", name
+		}
+	}
+	return "", ""
 }
 
 // eachMember calls f for each member of the JSON object b, in order, and

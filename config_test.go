@@ -224,3 +224,51 @@ func TestConfigAsAFieldOfAServiceConfig(t *testing.T) {
 	require.EqualError(t, json.Unmarshal([]byte(`{"port": 8080, "failure_rate": 0.25}`), &embedded),
 		`httpbreaker: Config: unknown field "port"`)
 }
+
+// TestConfigWrongTypeInsideRetryBudgetNamesTheMember: a member of
+// retry_budget's object of the wrong type is told by its name and the
+// form it wants, as a null member is, not as if the object were missing.
+func TestConfigWrongTypeInsideRetryBudgetNamesTheMember(t *testing.T) {
+	for _, tc := range []struct{ json, want string }{
+		{`{"retry_budget": {"ratio": "0.2", "min_per_second": 10}}`,
+			`httpbreaker: Config: retry_budget: ratio: want a number, got string`},
+		{`{"policies": {"pay.test": {"retry_budget": {"ratio": 0.2, "min_per_second": true}}}}`,
+			`httpbreaker: Config: policies["pay.test"].retry_budget: min_per_second: want a number, got bool`},
+	} {
+		_, err := ParseConfig([]byte(tc.json))
+		require.EqualError(t, err, tc.want, tc.json)
+	}
+}
+
+// TestConfigRetryBudgetNeedsBothMembers: a member left out of
+// retry_budget's object would be zero, as a null one would: refused as
+// null is, so that {} or {"ratio": 0.2} does not silently turn off (or
+// halve) a budget; the off form is {"ratio": 0, "min_per_second": 0}.
+func TestConfigRetryBudgetNeedsBothMembers(t *testing.T) {
+	for _, tc := range []struct{ json, want string }{
+		{`{"retry_budget": {}}`, `httpbreaker: Config: retry_budget: ratio: missing`},
+		{`{"retry_budget": {"ratio": 0.2}}`, `httpbreaker: Config: retry_budget: min_per_second: missing`},
+		{`{"policies": {"pay.test": {"retry_budget": {"min_per_second": 5}}}}`,
+			`httpbreaker: Config: policies["pay.test"].retry_budget: ratio: missing`},
+	} {
+		_, err := ParseConfig([]byte(tc.json))
+		require.EqualError(t, err, tc.want, tc.json)
+	}
+	_, err := ParseConfig([]byte(`{"retry_budget": {"ratio": 0, "min_per_second": 0}}`))
+	require.NoError(t, err, "the off form")
+}
+
+// TestConfigNumberOutOfRangeIsNotAWrongType: a whole number too large for
+// its field is out of range, not "want a whole number".
+func TestConfigNumberOutOfRangeIsNotAWrongType(t *testing.T) {
+	for _, tc := range []struct{ json, want string }{
+		{`{"min_requests": 99999999999999999999}`, `httpbreaker: Config: min_requests: 99999999999999999999 is out of range`},
+		{`{"policies": {"pay.test": {"max_concurrent": -99999999999999999999}}}`,
+			`httpbreaker: Config: policies["pay.test"].max_concurrent: -99999999999999999999 is out of range`},
+		{`{"failure_rate": 1e400}`, `httpbreaker: Config: failure_rate: 1e400 is out of range`},
+		{`{"min_requests": 2.5}`, `httpbreaker: Config: min_requests: want a whole number, got 2.5`},
+	} {
+		_, err := ParseConfig([]byte(tc.json))
+		require.EqualError(t, err, tc.want, tc.json)
+	}
+}
