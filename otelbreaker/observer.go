@@ -107,7 +107,14 @@ func handle(err error) {
 // Call records one call's end: its metrics, and the marks on its span and
 // on otelhttp's labeler.
 func (o *observer) Call(ctx context.Context, c httpbreaker.Call) {
-	b := o.breakers.get(c.Key)
+	st := c.State
+	if st < httpbreaker.StateClosed || st > httpbreaker.StateOpen {
+		st = httpbreaker.StateClosed
+	}
+	if c.Moved != nil {
+		st = c.Moved.To
+	}
+	b := o.breakers.getIn(c.Key, st)
 	var attrs *callAttrs
 	if b != nil {
 		attrs = b.call(c)
@@ -130,8 +137,7 @@ func (o *observer) Call(ctx context.Context, c httpbreaker.Call) {
 	if !span.IsRecording() {
 		return
 	}
-	st := c.State
-	if st < httpbreaker.StateClosed || st > httpbreaker.StateOpen {
+	if st = c.State; st < httpbreaker.StateClosed || st > httpbreaker.StateOpen {
 		st = httpbreaker.StateClosed
 	}
 	if b != nil {

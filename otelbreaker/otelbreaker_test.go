@@ -451,3 +451,35 @@ func TestARefusalAsAnErrorIsLabelledToo(t *testing.T) {
 	require.True(t, ok && v.AsBool(), "%v", pts[0].Attributes)
 	require.Contains(t, events(tel.clientSpans()[0]), eventRejected)
 }
+
+// A key the table could not remember while it was full, and that it
+// remembers later, starts in the state its call says the breaker is in,
+// not closed: the gauge never shows closed a breaker that refuses calls
+// as open.
+func TestAKeyRememberedLateStartsInTheStateItsCallSaw(t *testing.T) {
+	tel := newProviders()
+	o := newObserver(WithMeterProvider(tel.mp), WithTracerProvider(tel.tp))
+	const limit = 3
+	o.breakers.limit = limit
+	for i := range limit {
+		o.breakers.moved(httpbreaker.Transition{Key: "open-" + strconv.Itoa(i), From: httpbreaker.StateClosed, To: httpbreaker.StateOpen})
+	}
+	// depKey opens while the table is full of open breakers: not remembered.
+	o.breakers.moved(httpbreaker.Transition{Key: depKey, From: httpbreaker.StateClosed, To: httpbreaker.StateOpen})
+	require.Nil(t, o.breakers.get(depKey))
+	// Another breaker closes: there is room again, and depKey's next call,
+	// refused as open, has the table remember it.
+	o.breakers.moved(httpbreaker.Transition{Key: "open-0", From: httpbreaker.StateHalfOpen, To: httpbreaker.StateClosed})
+	o.Call(context.Background(), httpbreaker.Call{Key: depKey, State: httpbreaker.StateOpen,
+		Outcome: httpbreaker.OutcomeIgnored, Rejected: "open", RetryAfter: time.Second})
+
+	rm := tel.collect(t)
+	var got []metricdata.DataPoint[int64]
+	for _, dp := range metricNamed(t, rm, stateName).Data.(metricdata.Gauge[int64]).DataPoints {
+		if k, _ := dp.Attributes.Value(keyBreaker); k.AsString() == depKey {
+			got = append(got, dp)
+		}
+	}
+	metricdatatest.AssertEqual(t, metricdata.Gauge[int64]{DataPoints: stateGauge(openAttr)},
+		metricdata.Gauge[int64]{DataPoints: got}, ignore...)
+}

@@ -65,14 +65,19 @@ type otherKey struct {
 
 // get returns key's breaker, remembering it if there is room (it starts
 // closed), or nil if there is none.
-func (t *table) get(key string) *breaker {
+func (t *table) get(key string) *breaker { return t.getIn(key, httpbreaker.StateClosed) }
+
+// getIn is get for a key whose breaker is known to be in state st: if the
+// table remembers it only now (it had no room when the key last moved),
+// it starts in st.
+func (t *table) getIn(key string, st httpbreaker.State) *breaker {
 	if v, ok := t.m.Load(key); ok {
 		return v.(*breaker)
 	}
-	return t.add(key)
+	return t.add(key, st)
 }
 
-func (t *table) add(key string) *breaker {
+func (t *table) add(key string, st httpbreaker.State) *breaker {
 	if t.full.Load() {
 		return nil
 	}
@@ -95,6 +100,7 @@ func (t *table) add(key string) *breaker {
 		}
 	}
 	b := t.newBreaker(key)
+	b.state.Store(int32(st))
 	t.m.Store(key, b)
 	t.n.Add(1)
 	return b
@@ -182,7 +188,7 @@ func (b *breaker) call(c httpbreaker.Call) *callAttrs {
 
 // moved records that tr happened, if the table has room for its key.
 func (t *table) moved(tr httpbreaker.Transition) {
-	if b := t.get(tr.Key); b != nil {
+	if b := t.getIn(tr.Key, tr.To); b != nil {
 		b.state.Store(int32(tr.To))
 	}
 	if tr.To == httpbreaker.StateClosed {
