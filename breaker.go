@@ -166,8 +166,9 @@ type breaker struct {
 	// Stored before word when opening.
 	retryAt atomic.Int64
 
-	// win is the rolling window; a new one when the window's length
-	// changes (see configure).
+	// win is the rolling window; resized in place when the window's
+	// length changes (see configure), so that no outcome counted then is
+	// lost from its totals.
 	win atomic.Pointer[window]
 	// budget counts first attempts and retries for the retry budget, in a
 	// window of the same length; made on first use (see budgetWindow).
@@ -237,18 +238,16 @@ func (b *breaker) window() *window { return b.win.Load() }
 // configure makes s the breaker's settings from now on (see
 // Transport.Update): every decision not made by a call already admitted
 // uses s. A change of window length starts a fresh window, in the state
-// the breaker is in; its totals carry over.
+// the breaker is in; its totals carry over, outcomes counted meanwhile
+// included.
 func (b *breaker) configure(s *settings) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	old := b.cfg.Swap(s)
 	b.recheck.Store(true)
 	if old.window != s.window {
-		w := new(window)
-		w.init(int64(s.window))
-		w.retired = b.window().totals()
-		b.win.Store(w)
-		b.budget.Store(nil) // made afresh, of the new length, on first use
+		b.window().resize(int64(s.window)) // in place: an outcome counted meanwhile is not lost from the totals
+		b.budget.Store(nil)                // made afresh, of the new length, on first use
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -270,4 +271,53 @@ func TestRequestsTotalCountsAProbePastItsBound(t *testing.T) {
 		require.NotEqual(t, StateClosed, tr.State(testKey), "it decided nothing")
 		require.EqualValues(t, 1, gaugeValue(t, reg, "breaker_requests_total", `outcome="success"`))
 	})
+}
+
+// TestRequestsTotalKeepsEveryOutcomeAcrossAWindowChange: an Update that
+// changes the window's length starts a fresh window, and the totals
+// behind breaker_requests_total carry over: none of the outcomes counted
+// while it does so is lost, and no scrape sees the total go down.
+func TestRequestsTotalKeepsEveryOutcomeAcrossAWindowChange(t *testing.T) {
+	s10, s20 := defaultSettings(), defaultSettings()
+	s20.window = 20 * time.Second
+	b := newBreaker(testKey, &s10, time.Now(), 0, nil)
+	const workers, each = 4, 50000
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for range each {
+				b.count(ticket{}, OutcomeSuccess, 1, 0)
+			}
+		})
+	}
+	stop := make(chan struct{})
+	var scraped sync.WaitGroup
+	var wentDown int64
+	scraped.Go(func() {
+		var last int64
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if i%2 == 0 {
+				b.configure(&s20)
+			} else {
+				b.configure(&s10)
+			}
+			st, _ := b.stats(1, false)
+			if n := st.totals[OutcomeSuccess]; n < last {
+				wentDown++
+			} else {
+				last = n
+			}
+		}
+	})
+	wg.Wait()
+	close(stop)
+	scraped.Wait()
+	st, _ := b.stats(1, false)
+	require.Zero(t, wentDown, "scrapes that saw the total go down")
+	require.EqualValues(t, workers*each, st.totals[OutcomeSuccess], "outcomes lost across window changes")
 }

@@ -1,6 +1,7 @@
 package httpbreaker
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,7 +13,7 @@ import (
 // that roll out of the window are kept in retired, so that totals (for
 // metrics) never go backwards.
 type window struct {
-	width   int64 // nanoseconds per bucket
+	width   atomic.Int64 // nanoseconds per bucket; written with mu held (see resize)
 	buckets [bucketCount]bucket
 
 	mu      sync.Mutex         // guards retired and bucket roll-over
@@ -48,28 +49,50 @@ func (c counts) requests() int64 {
 }
 
 // init sets the window's length; call it once, before any other method.
-func (w *window) init(length int64) { w.width = length / bucketCount }
+func (w *window) init(length int64) { w.width.Store(length / bucketCount) }
+
+// noBucket is the bucket number of a bucket that belongs to none: after
+// resize, every bucket waits to be claimed afresh.
+const noBucket = math.MinInt64 / 2
+
+// resize empties the window and gives it buckets for a window of length:
+// a fresh window, whose totals keep every outcome the old length counted.
+// An outcome counted while it runs lands in the totals either way: in a
+// bucket it retires, or in one it left to no bucket number, which totals
+// reads and the next add to it retires (see add, addSlow).
+func (w *window) resize(length int64) {
+	w.mu.Lock()
+	for i := range w.buckets {
+		w.retireLocked(&w.buckets[i])
+		w.buckets[i].epoch.Store(noBucket)
+	}
+	w.width.Store(length / bucketCount)
+	w.mu.Unlock()
+}
 
 // add records one outcome at clock time now. An outcome whose time is so
 // far back that its bucket has moved on (a success counted at admission,
 // see Transport.RoundTrip, that outlived its bucket's turn) counts in the
 // totals only.
 func (w *window) add(now int64, o Outcome) {
-	idx := now / w.width
+	idx := now / w.width.Load()
 	b := &w.buckets[idx%bucketCount]
 	if b.epoch.Load() != idx {
-		w.addSlow(b, idx, o)
+		w.addSlow(now, o)
 		return
 	}
 	b.counts[o].Add(1)
 }
 
-// addSlow is add for a bucket that does not belong to bucket number idx:
-// it moves the bucket's counts to retired and gives it to idx, unless a
-// newer bucket number owns it already, in which case the outcome counts
-// in retired only.
-func (w *window) addSlow(b *bucket, idx int64, o Outcome) {
+// addSlow is add at clock time now for a bucket that does not belong to
+// now's bucket number idx (read again, with the width, under mu: resize
+// may have changed it): it moves the bucket's counts to retired and gives
+// it to idx, unless a newer bucket number owns it already, in which case
+// the outcome counts in retired only.
+func (w *window) addSlow(now int64, o Outcome) {
 	w.mu.Lock()
+	idx := now / w.width.Load()
+	b := &w.buckets[idx%bucketCount]
 	if e := b.epoch.Load(); e > idx {
 		w.retired[o]++
 		w.mu.Unlock()
@@ -107,7 +130,7 @@ func inWindow(e, idx int64) bool { return e > idx-bucketCount && e <= idx }
 // now.
 func (w *window) sums(now int64) counts {
 	var c counts
-	idx := now / w.width
+	idx := now / w.width.Load()
 	for i := range w.buckets {
 		b := &w.buckets[i]
 		if inWindow(b.epoch.Load(), idx) {
@@ -123,7 +146,7 @@ func (w *window) sums(now int64) counts {
 // clock time now (after add): its bucket keeps the longest. A late
 // outcome's, whose bucket has moved on, is dropped.
 func (w *window) hint(now, d int64) {
-	idx := now / w.width
+	idx := now / w.width.Load()
 	b := &w.buckets[idx%bucketCount]
 	if b.epoch.Load() != idx {
 		return
@@ -136,7 +159,7 @@ func (w *window) hint(now, d int64) {
 // inside the window at clock time now, or 0.
 func (w *window) longestHint(now int64) int64 {
 	var h int64
-	idx := now / w.width
+	idx := now / w.width.Load()
 	for i := range w.buckets {
 		if b := &w.buckets[i]; inWindow(b.epoch.Load(), idx) {
 			h = max(h, b.hint.Load())
