@@ -92,7 +92,8 @@ func (p *policy) rejudge(req *http.Request, o Outcome, err error, start, end int
 //   - a whole key, "api.github.com GET /search/issues" (a selector with a
 //     space), or any key a custom KeyFunc returns.
 //
-// A selector that starts or ends with a space is an error: no key does.
+// A selector that starts or ends with a space (a tab or any white space,
+// also once its trailing dots are read off) is an error: no key does.
 //
 // A key's host is the key up to its first space, and its port what
 // follows the host's last colon when that is all digits. Hosts in
@@ -197,6 +198,11 @@ func parseSelector(s string) (selector, error) {
 		if _, port := splitKeyPort(sel.host); port != "" {
 			sel.kind = selHostPort
 		}
+	}
+	if strings.TrimSpace(sel.host) != sel.host {
+		// "a\f." reads as "a\f": refused as "a\f" is, so that every
+		// selector accepted reads back as itself.
+		return sel, fmt.Errorf("selector %q reads as %q, which ends with a space: it would name no breaker", s, sel.host)
 	}
 	return sel, nil
 }
