@@ -56,6 +56,9 @@ const maxKeyLen = 512
 // "https://api.example.com:", "https://api.example.com" and
 // "https://api.example.com:0443" share the breaker "api.example.com",
 // "api.example.com:8443" has its own, and "http://x:443" keeps its port.
+// A URL with no host name, which net/http dials on the local host, keeps
+// its port, the default too: "http://:08080" is ":8080" and "http://:" is
+// ":80".
 // It returns "" for a request without a URL. Keys are valid UTF-8
 // (invalid bytes become U+FFFD) and at most 512 bytes long: a longer host
 // is cut at a character boundary. It does not allocate when the host is
@@ -128,6 +131,18 @@ func readHost(h, def string) string {
 		for len(host) > 1 && host[len(host)-1] == '.' {
 			host = host[:len(host)-1]
 		}
+		if host == "" {
+			// An empty host name dials the local host, so its port is
+			// all the key has: "http://:08080" is ":8080", and
+			// "http://:" and "http://:80" are ":80".
+			if port == "" {
+				port = def
+			}
+			if port == "" || len(port)+1 == n {
+				return h
+			}
+			return ":" + port
+		}
 		if port != "" && port != def {
 			if len(host)+1+len(port) == n {
 				return h // nothing trimmed
@@ -142,16 +157,16 @@ func readHost(h, def string) string {
 }
 
 // splitKeyPort splits the host part of a key into host and port: the
-// port is the digits after the last colon, none for an empty port, when
-// that colon is not the first byte; an IPv6 literal's colons are inside
-// its brackets, which end before a port's colon. Without a port, host is
-// h and port "".
+// port is the digits after the last colon, none for an empty port. The
+// host may be empty: ":8080" is host "" and port "8080". An IPv6
+// literal's colons are inside its brackets, which end before a port's
+// colon. Without a port, host is h and port "".
 func splitKeyPort(h string) (host, port string) {
 	i := len(h)
 	for i > 0 && h[i-1] >= '0' && h[i-1] <= '9' {
 		i--
 	}
-	if i < 2 || h[i-1] != ':' {
+	if i < 1 || h[i-1] != ':' {
 		return h, ""
 	}
 	return h[:i-1], h[i:]

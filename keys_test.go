@@ -202,6 +202,34 @@ func isASCIITest(s string) bool {
 	return true
 }
 
+// TestHostKeyOfAnEmptyHostName: a URL with no host name but a port,
+// which net/http dials on the local host, is keyed by its port read as
+// every port is, and an empty or absent port is the scheme's default,
+// so one local dependency has one breaker; a selector of that port
+// names it, and ":" alone names no host.
+func TestHostKeyOfAnEmptyHostName(t *testing.T) {
+	for raw, want := range map[string]string{
+		"http://:8080/":  ":8080",
+		"http://:08080/": ":8080",
+		"http://:80/":    ":80",
+		"http://:080/":   ":80",
+		"http://:/":      ":80",
+		"https://:/":     ":443",
+		"https://:0/":    ":0",
+	} {
+		u, err := url.Parse(raw)
+		require.NoError(t, err, raw)
+		k := HostKey(&http.Request{URL: u})
+		require.Equal(t, want, k, raw)
+		require.Equal(t, k, canonicalHostKey(k), "%s: the key reads back as itself", raw)
+	}
+	sel, err := parseSelector(":08080")
+	require.NoError(t, err)
+	require.True(t, sel.matches(HostKey(mustReq(t, "http://:8080/x"))))
+	_, err = parseSelector(":")
+	require.ErrorContains(t, err, "names no host")
+}
+
 // TestHostKeyNeverLongerThanMaxKeyLen: HostKey cuts the host to 512
 // bytes and then lower-cases it with strings.ToLower, which can make it
 // longer: some upper-case runes have longer lower-case forms ('Ⱥ',

@@ -195,7 +195,10 @@ func parseSelector(s string) (selector, error) {
 		}
 	default:
 		sel.kind, sel.host = selHost, readHost(s, "")
-		if _, port := splitKeyPort(sel.host); port != "" {
+		switch h, port := splitKeyPort(sel.host); {
+		case h == "" && port == "": // ":" names the local host on no port
+			return sel, noHost()
+		case port != "":
 			sel.kind = selHostPort
 		}
 	}
