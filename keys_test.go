@@ -41,10 +41,21 @@ func TestHostKey(t *testing.T) {
 		"https://API.Example.com.:/":    "api.example.com",
 		"http://[::1]:/":                "[::1]",
 		"http://127.0.0.1:/":            "127.0.0.1",
+		// No host name: net/http dials the local host, and the key is
+		// its port, read as every port is; the default port is kept.
+		"http://:8080/":  ":8080",
+		"http://:08080/": ":8080",
+		"http://:80/":    ":80",
+		"http://:080/":   ":80",
+		"http://:/":      ":80",
+		"https://:/":     ":443",
+		"https://:0/":    ":0",
 	} {
 		u, err := url.Parse(raw)
 		require.NoError(t, err)
-		require.Equal(t, want, HostKey(&http.Request{URL: u}), raw)
+		k := HostKey(&http.Request{URL: u})
+		require.Equal(t, want, k, raw)
+		require.Equal(t, k, canonicalHostKey(k), "%s: the key reads back as itself", raw)
 	}
 	u, err := url.Parse("http://payments.internal:/v1")
 	require.NoError(t, err)
@@ -202,27 +213,10 @@ func isASCIITest(s string) bool {
 	return true
 }
 
-// TestHostKeyOfAnEmptyHostName: a URL with no host name but a port,
-// which net/http dials on the local host, is keyed by its port read as
-// every port is, and an empty or absent port is the scheme's default,
-// so one local dependency has one breaker; a selector of that port
-// names it, and ":" alone names no host.
-func TestHostKeyOfAnEmptyHostName(t *testing.T) {
-	for raw, want := range map[string]string{
-		"http://:8080/":  ":8080",
-		"http://:08080/": ":8080",
-		"http://:80/":    ":80",
-		"http://:080/":   ":80",
-		"http://:/":      ":80",
-		"https://:/":     ":443",
-		"https://:0/":    ":0",
-	} {
-		u, err := url.Parse(raw)
-		require.NoError(t, err, raw)
-		k := HostKey(&http.Request{URL: u})
-		require.Equal(t, want, k, raw)
-		require.Equal(t, k, canonicalHostKey(k), "%s: the key reads back as itself", raw)
-	}
+// TestSelectorOfAnEmptyHostName: a selector of a port alone names the
+// local host's breaker on that port (see TestHostKey), and ":" alone
+// names no host.
+func TestSelectorOfAnEmptyHostName(t *testing.T) {
 	sel, err := parseSelector(":08080")
 	require.NoError(t, err)
 	require.True(t, sel.matches(HostKey(mustReq(t, "http://:8080/x"))))
