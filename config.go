@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"slices"
 	"strings"
@@ -92,10 +93,38 @@ func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d)
 func (d *Duration) UnmarshalText(text []byte) error {
 	v, err := time.ParseDuration(string(text))
 	if err != nil {
+		if durationShaped(string(text)) {
+			return fmt.Errorf("%q is out of range: at most %s", text, time.Duration(math.MaxInt64))
+		}
 		return fmt.Errorf("want %s, got %q", Duration(0).form(), text)
 	}
 	*d = Duration(v)
 	return nil
+}
+
+// durationShaped reports whether s is written as a Go duration, a sign
+// and numbers each with a unit ("1.5h30m"), whatever its size: one that
+// time.ParseDuration refuses is too large.
+func durationShaped(s string) bool {
+	s = strings.TrimLeft(s, "+-")
+	if s == "" {
+		return false
+	}
+	for s != "" {
+		n := len(s) - len(strings.TrimLeft(s, "0123456789."))
+		if n == 0 || strings.Count(s[:n], ".") > 1 || s[:n] == "." {
+			return false
+		}
+		s = s[n:]
+		u := len(s) - len(strings.TrimLeft(s, "nsuµμmh"))
+		switch s[:u] {
+		case "ns", "us", "µs", "μs", "ms", "s", "m", "h":
+		default:
+			return false
+		}
+		s = s[u:]
+	}
+	return true
 }
 
 // form is what a file gives for a Duration.
@@ -373,6 +402,9 @@ func ParseConfig(data []byte) (Config, error) {
 		return Config{}, errors.New("httpbreaker: Config: null: want an object")
 	}
 	if err := json.Unmarshal(data, &c); err != nil { // refuses trailing data, as a half-rewritten file may have
+		if !strings.HasPrefix(err.Error(), "httpbreaker: ") { // not valid JSON
+			err = fmt.Errorf("httpbreaker: Config: %w", err)
+		}
 		return Config{}, err
 	}
 	if _, err := c.Options(); err != nil {

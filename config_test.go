@@ -188,6 +188,13 @@ func TestConfigErrorsSpeakTheFilesTerms(t *testing.T) {
 			`httpbreaker: Config: policies["pay.test"].queue_wait: must be positive while queue is 3, got 0s`},
 		{`{"window": 10}`, `httpbreaker: Config: window: want a duration such as "800ms", got 10`},
 		{`{"window": "10"}`, `httpbreaker: Config: window: want a duration such as "800ms", got "10"`},
+		{`{"window": "99999999h"}`, `httpbreaker: Config: window: "99999999h" is out of range: at most 2562047h47m16.854775807s`},
+		{`{"policies": {"pay.test": {"open_timeout": "1.5h9999999999m"}}}`,
+			`httpbreaker: Config: policies["pay.test"].open_timeout: "1.5h9999999999m" is out of range: at most 2562047h47m16.854775807s`},
+		{`{"window": "10sm"}`, `httpbreaker: Config: window: want a duration such as "800ms", got "10sm"`},
+		{`{"window": "1..5s"}`, `httpbreaker: Config: window: want a duration such as "800ms", got "1..5s"`},
+		{`{"window": "10s",}`, `httpbreaker: Config: invalid character '}' looking for beginning of object key string`},
+		{`{"window": "10s"} {}`, `httpbreaker: Config: invalid character '{' after top-level value`},
 		{`{"policies": {"pay.test": {"min_requests": "5"}}}`, `httpbreaker: Config: policies["pay.test"].min_requests: want a whole number, got "5"`},
 		{`{"min_requests": 2.5}`, `httpbreaker: Config: min_requests: want a whole number, got 2.5`},
 		{`{"failure_rate": "high"}`, `httpbreaker: Config: failure_rate: want a number, got "high"`},
@@ -256,6 +263,9 @@ func TestConfigRetryBudgetNeedsBothMembers(t *testing.T) {
 	}
 	_, err := ParseConfig([]byte(`{"retry_budget": {"ratio": 0, "min_per_second": 0}}`))
 	require.NoError(t, err, "the off form")
+	_, err = ParseConfig([]byte(`{"window": "10s",}`))
+	var syntax *json.SyntaxError
+	require.ErrorAs(t, err, &syntax, "a file that is not JSON keeps encoding/json's error, wrapped")
 }
 
 // TestConfigNumberOutOfRangeIsNotAWrongType: a whole number too large for

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -86,7 +87,8 @@ func (p *policy) rejudge(req *http.Request, o Outcome, err error, start, end int
 //
 //   - a host, "payments.internal": its host key and every route key of
 //     that host, on any port;
-//   - a host and port, "payments.internal:8443": that host on that port;
+//   - a host and port, "payments.internal:8443": that host on that port
+//     (an IPv6 host in brackets, as in a URL: "[fd00::1]:8443");
 //   - a wildcard, "*.internal": every host ending in ".internal", on any
 //     port, but not "internal" itself;
 //   - a whole key, "api.github.com GET /search/issues" (a selector with a
@@ -198,6 +200,10 @@ func parseSelector(s string) (selector, error) {
 		switch h, port := splitKeyPort(sel.host); {
 		case h == "" && port == "": // ":" names the local host on no port
 			return sel, noHost()
+		case isIPv6(sel.host):
+			// HostKey writes an IPv6 host in brackets, as URLs do: this
+			// selector would name no request's breaker.
+			return sel, fmt.Errorf("selector %q: write an IPv6 address in brackets, as in \"[::1]\" or \"[::1]:8080\"", s)
 		case port != "":
 			sel.kind = selHostPort
 		}
@@ -208,6 +214,12 @@ func parseSelector(s string) (selector, error) {
 		return sel, fmt.Errorf("selector %q reads as %q, which ends with a space: it would name no breaker", s, sel.host)
 	}
 	return sel, nil
+}
+
+// isIPv6 reports whether s is an IPv6 address without brackets.
+func isIPv6(s string) bool {
+	a, err := netip.ParseAddr(s)
+	return err == nil && a.Is6()
 }
 
 // matches reports whether the selector names key, read as the Transport

@@ -181,6 +181,8 @@ func TestPolicyBadSelectorsAndOptionsPanic(t *testing.T) {
 		{"trailing star", WithPolicy("api.*", WithMinRequests(1)), []string{"WithPolicy", "api.*"}},
 		{"double star", WithPolicy("*.*.internal", WithMinRequests(1)), []string{"WithPolicy", "*.*.internal"}},
 		{"star in a key", WithPolicy("*.x GET /", WithMinRequests(1)), []string{"WithPolicy", "*.x GET /"}},
+		{"IPv6 without brackets", WithPolicy("::1", WithMinRequests(1)), []string{"WithPolicy", `"::1"`, `"[::1]:8080"`}},
+		{"IPv6 and port without brackets", WithPolicy("fe80::1:8080", WithMinRequests(1)), []string{"WithPolicy", "in brackets"}},
 		{"space before a trailing dot", WithPolicy("pay\t.", WithMinRequests(1)), []string{"WithPolicy", `reads as "pay\t"`, "ends with a space"}},
 		{"space before a wildcard's dot", WithPolicy("*.x\t.", WithMinRequests(1)), []string{"WithPolicy", `reads as ".x\t"`}},
 		{"WithKeyFunc", WithPolicy("h", WithKeyFunc(HostKey)), []string{"WithPolicy", "WithKeyFunc"}},
