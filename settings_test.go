@@ -2,9 +2,16 @@ package httpbreaker
 
 import (
 	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"maps"
+	"os"
+	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,6 +74,50 @@ func TestTunableTable(t *testing.T) {
 	c.applyAll("test", back.options())
 	require.Empty(t, c.errs)
 	require.Equal(t, p.effective(), c.effective())
+}
+
+// TestTunableTableDocs: the docs derived from the table by hand agree
+// with it: each row's option is an exported function of the package and
+// is in docs/tuning.md, and docs/policies.md's list of the file's fields
+// names exactly the table's.
+func TestTunableTableDocs(t *testing.T) {
+	funcs := map[string]bool{}
+	files, err := filepath.Glob("*.go")
+	require.NoError(t, err)
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), name, nil, parser.SkipObjectResolution)
+		require.NoError(t, err)
+		for _, d := range f.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv == nil && fd.Name.IsExported() {
+				funcs[fd.Name.Name] = true
+			}
+		}
+	}
+	tuning, err := os.ReadFile("docs/tuning.md")
+	require.NoError(t, err)
+	var names []string
+	for _, tu := range tunables {
+		name, option, _ := tu.about()
+		names = append(names, name)
+		require.True(t, funcs[option], "%s: %s is not a function of the package", name, option)
+		require.Contains(t, string(tuning), "`"+option+"(", "%s: docs/tuning.md does not describe %s", name, option)
+	}
+	policies, err := os.ReadFile("docs/policies.md")
+	require.NoError(t, err)
+	_, list, ok := strings.Cut(string(policies), "\nThe fields: ")
+	require.True(t, ok, `docs/policies.md has no "The fields:" paragraph`)
+	list, _, ok = strings.Cut(list, ", each the option of the same")
+	require.True(t, ok, `docs/policies.md's list of fields ends with ", each the option of the same name"`)
+	var listed []string
+	for _, m := range regexp.MustCompile("`([a-z_]+)`").FindAllStringSubmatch(list, -1) {
+		if m[1] != "true" && m[1] != "false" { // the forms of body_errors and reject_as_error
+			listed = append(listed, m[1])
+		}
+	}
+	require.ElementsMatch(t, names, listed, "docs/policies.md's list of fields")
 }
 
 // TestTunableDefaults: the defaults are the table's, and the ones the
