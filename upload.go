@@ -1,9 +1,12 @@
 package httpbreaker
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net/http"
+	"reflect"
+	"strings"
 	"sync/atomic"
 )
 
@@ -57,17 +60,19 @@ func (u *uploadBody) Close() error {
 func (u *upload) failed() bool { return u != nil && u.err.Load() }
 
 // watchUpload returns the request to send for req: req itself when it
-// has no body, else a shallow copy whose Body, and each body its GetBody
-// returns, is req's wrapped to tell whether reading it failed. The
-// caller's request is never modified.
+// has no body, else a shallow copy whose Body, unless it cannot fail (see
+// inMemory), and each body its GetBody returns, is req's wrapped to tell
+// whether reading it failed. The caller's request is never modified.
 func watchUpload(req *http.Request) (*http.Request, *upload) {
 	if req.Body == nil || req.Body == http.NoBody {
 		return req, nil
 	}
 	w := &watched{req: *req} // one allocation for the copy, its body and the flag
 	want := max(req.ContentLength, 0)
-	w.body = uploadBody{ReadCloser: req.Body, want: want, upload: &w.upload}
-	w.req.Body = &w.body
+	if !inMemory(req.Body, req.ContentLength) {
+		w.body = uploadBody{ReadCloser: req.Body, want: want, upload: &w.upload}
+		w.req.Body = &w.body
+	}
 	if get := req.GetBody; get != nil {
 		w.req.GetBody = func() (io.ReadCloser, error) {
 			body, err := get()
@@ -91,3 +96,36 @@ type watched struct {
 	body   uploadBody
 	upload upload
 }
+
+// inMemory reports whether body is one that http.NewRequest makes for a
+// *bytes.Buffer, *bytes.Reader or *strings.Reader (io.NopCloser of it)
+// holding exactly n bytes. Reading it cannot fail, nor end short of or
+// past the request's ContentLength, so it is not watched (the bodies its
+// GetBody gives are); and a wrapper would cost every such call a write: net/http sends a body it knows to
+// be in memory with the headers, and flushes the headers on their own
+// before any other body. It is net/http's own test (transfer.go,
+// isKnownInMemoryReader), with the length checked as well.
+func inMemory(body io.ReadCloser, n int64) bool {
+	if t := reflect.TypeOf(body); n <= 0 || t != nopCloserType && t != nopCloserWriterToType {
+		return false
+	}
+	var left int
+	switch r := reflect.ValueOf(body).Field(0).Interface().(type) {
+	case *bytes.Reader:
+		left = r.Len()
+	case *bytes.Buffer:
+		left = r.Len()
+	case *strings.Reader:
+		left = r.Len()
+	default:
+		return false
+	}
+	return int64(left) == n
+}
+
+// The two types io.NopCloser returns: for a reader with WriteTo, and
+// for one without.
+var (
+	nopCloserType         = reflect.TypeOf(io.NopCloser(struct{ io.Reader }{}))
+	nopCloserWriterToType = reflect.TypeOf(io.NopCloser(strings.NewReader("")))
+)

@@ -2,6 +2,7 @@ package httpbreaker
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -295,4 +297,74 @@ func TestHTTP2StreamResetDuringUploadCounts(t *testing.T) {
 	}
 	require.Equal(t, StateOpen, tr.State(strings.TrimPrefix(srv.URL, "https://")), "the dependency's failures open it")
 	client.CloseIdleConnections()
+}
+
+// TestInMemoryUploadIsSentAsNetHTTPSendsIt: a body http.NewRequest makes
+// from a strings, bytes.Reader or bytes.Buffer reader reaches next as it
+// is, so that net/http sends it with the headers in one write, as it does
+// without a breaker (a wrapper costs a second write, one for the headers
+// alone); a body of another kind, or of another length than the request
+// says, is still watched.
+func TestInMemoryUploadIsSentAsNetHTTPSendsIt(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+	}))
+	defer srv.Close()
+	var writes atomic.Int64
+	base := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		return &countingConn{Conn: c, writes: &writes}, err
+	}}
+	defer base.CloseIdleConnections()
+	send := func(rt http.RoundTripper, body io.Reader) int64 {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/charges", body)
+		require.NoError(t, err)
+		before := writes.Load()
+		resp, err := rt.RoundTrip(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		require.NoError(t, resp.Body.Close())
+		return writes.Load() - before
+	}
+	tr := New(base)
+	payload := strings.Repeat("x", 200)
+	for name, body := range map[string]func() io.Reader{
+		"strings.Reader": func() io.Reader { return strings.NewReader(payload) },
+		"bytes.Reader":   func() io.Reader { return bytes.NewReader([]byte(payload)) },
+		"bytes.Buffer":   func() io.Reader { return bytes.NewBufferString(payload) },
+	} {
+		send(base, body()) // a connection to reuse
+		bare := send(base, body())
+		require.Equal(t, int64(1), bare, "%s: the control: net/http sends a small in-memory request in one write", name)
+		require.Equal(t, bare, send(tr, body()), name)
+	}
+
+	seen := make(chan io.ReadCloser, 2)
+	watch := New(rtFunc(func(r *http.Request) (*http.Response, error) {
+		seen <- r.Body
+		_ = r.Body.Close()
+		return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Request: r}, nil
+	}))
+	req, err := http.NewRequest(http.MethodPost, testURL, strings.NewReader(payload))
+	require.NoError(t, err)
+	_, err = watch.RoundTrip(req)
+	require.NoError(t, err)
+	require.Equal(t, req.Body, <-seen, "an in-memory body is sent as it is")
+	req, err = http.NewRequest(http.MethodPost, testURL, strings.NewReader(payload))
+	require.NoError(t, err)
+	req.ContentLength = 10 // shorter than the body: net/http fails the call, the caller's fault
+	_, err = watch.RoundTrip(req)
+	require.NoError(t, err)
+	require.IsType(t, &uploadBody{}, <-seen, "a body of another length than the request says is watched")
+}
+
+// countingConn counts the writes on a connection.
+type countingConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
 }
