@@ -109,16 +109,20 @@ func inMemory(body io.ReadCloser, n int64) bool {
 	if t := reflect.TypeOf(body); n <= 0 || t != nopCloserType && t != nopCloserWriterToType {
 		return false
 	}
-	var left int
+	left := -1 // a nil reader is not one
 	switch r := reflect.ValueOf(body).Field(0).Interface().(type) {
 	case *bytes.Reader:
-		left = r.Len()
+		if r != nil {
+			left = r.Len()
+		}
 	case *bytes.Buffer:
-		left = r.Len()
+		if r != nil {
+			left = r.Len()
+		}
 	case *strings.Reader:
-		left = r.Len()
-	default:
-		return false
+		if r != nil {
+			left = r.Len()
+		}
 	}
 	return int64(left) == n
 }

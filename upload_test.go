@@ -368,3 +368,18 @@ func (c *countingConn) Write(p []byte) (int, error) {
 	c.writes.Add(1)
 	return c.Conn.Write(p)
 }
+
+// TestInMemoryUploadOfANilReaderIsNotOne: a body that wraps a nil
+// in-memory reader is watched, never read for its length (which would
+// panic in RoundTrip).
+func TestInMemoryUploadOfANilReaderIsNotOne(t *testing.T) {
+	for _, body := range []io.ReadCloser{
+		io.NopCloser((*strings.Reader)(nil)), io.NopCloser((*bytes.Reader)(nil)),
+		io.NopCloser((*bytes.Buffer)(nil)), io.NopCloser(nil),
+	} {
+		require.NotPanics(t, func() { require.False(t, inMemory(body, 4)) }, "%T", body)
+	}
+	require.True(t, inMemory(io.NopCloser(strings.NewReader("part")), 4))
+	require.False(t, inMemory(io.NopCloser(strings.NewReader("part")), 5))
+	require.False(t, inMemory(io.NopCloser(strings.NewReader("")), 0), "no length: net/http reads it to learn")
+}
