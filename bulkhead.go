@@ -34,9 +34,10 @@ type bulkhead struct {
 
 // waiter is one call in the line.
 type waiter struct {
-	ready chan struct{} // closed when the waiter has a place, is refused as open, or is let go
-	open  bool          // set before ready is closed: the breaker opened
-	off   bool          // set before ready is closed: its key is off, with no bulkhead
+	ready  chan struct{} // closed when the waiter has a place, is refused as open, or is let go
+	open   bool          // set before ready is closed: the breaker opened
+	off    bool          // set before ready is closed: its key is off, with no bulkhead
+	shadow bool          // set before ready is closed: its key is in ModeShadow, which refuses nothing
 }
 
 // take takes a place if fewer than limit are taken. A limit of 0 (an
@@ -125,6 +126,14 @@ func (h *bulkhead) letGo() {
 	h.dismissLocked(func(w *waiter) { w.off = true })
 }
 
+// passAll sends every waiter on without a place, as a shadow pass: an
+// Update put the key in ModeShadow, which refuses nothing.
+func (h *bulkhead) passAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.dismissLocked(func(w *waiter) { w.shadow = true })
+}
+
 // dismissLocked empties the line, marking each waiter before it is told.
 // Requires h.mu held.
 func (h *bulkhead) dismissLocked(mark func(*waiter)) {
@@ -206,24 +215,26 @@ func (c *circuit) wake() {
 // full: it waits in c's line for a place, if the line as c's policy now
 // sets it has room and for as long as that policy's wait, then is
 // admitted by state. A call that joins once the breaker is open is
-// refused as open at once, as the line was when it opened. The error is
-// the context's, for a caller that gave up waiting; such a call counts
-// for nothing.
-func (t *Transport) wait(req *http.Request, c *circuit, p *policy) (ticket, rejectReason, *transition, error) {
+// refused as open at once, as the line was when it opened. A call still
+// waiting when an Update puts the key in ModeShadow is refused as
+// bulkhead full with shadow set: RoundTrip lets it through as a shadow
+// breaker's pass. The error is the context's, for a caller that gave up
+// waiting; such a call counts for nothing.
+func (t *Transport) wait(req *http.Request, c *circuit, p *policy) (tk ticket, reason rejectReason, tr *transition, shadow bool, err error) {
 	cur := c.pol.Load() // the line's length and wait, as they are now
 	if cur.queue == 0 {
-		return ticket{}, rejectBulkhead, nil, nil // no line
+		return ticket{}, rejectBulkhead, nil, false, nil // no line
 	}
 	w, ok := c.bulk.join(cur.queue)
 	if !ok {
-		return ticket{}, rejectBulkhead, nil, nil // the line is full
+		return ticket{}, rejectBulkhead, nil, false, nil // the line is full
 	}
 	c.wake() // a place freed before the call joined goes to the oldest waiter
 	if c.b.openAt(t.now()) && c.bulk.leave(w) {
 		// The breaker opened after admission looked, and its report
 		// refused the line before the call joined: refused as open now,
 		// as the line was.
-		return ticket{}, rejectOpen, nil, nil
+		return ticket{}, rejectOpen, nil, false, nil
 	}
 	timer := time.NewTimer(cur.queueWait)
 	defer timer.Stop()
@@ -236,22 +247,26 @@ func (t *Transport) wait(req *http.Request, c *circuit, p *policy) (ticket, reje
 	}
 	if c.bulk.leave(w) { // still waiting: no place came
 		if ended != nil {
-			return ticket{}, admitted, nil, ended
+			return ticket{}, admitted, nil, false, ended
 		}
-		return ticket{}, rejectBulkhead, nil, nil
+		return ticket{}, rejectBulkhead, nil, false, nil
 	}
 	<-w.ready
 	switch {
 	case w.open:
-		return ticket{}, rejectOpen, nil, nil
+		return ticket{}, rejectOpen, nil, false, nil
 	case w.off:
 		// Its key is off now: the call goes on as one that no breaker
 		// admitted, its outcome counted nowhere (see Transport.settle).
-		return ticket{}, admitted, nil, ended
+		return ticket{}, admitted, nil, false, ended
+	case w.shadow:
+		// Its key is in ModeShadow now: the call goes on without a
+		// place, as a shadow breaker's pass.
+		return ticket{}, rejectBulkhead, nil, true, ended
 	case ended != nil:
 		c.giveBack() // a place came as the caller left
-		return ticket{}, admitted, nil, ended
+		return ticket{}, admitted, nil, false, ended
 	}
-	tk, reason, tr := c.admitPlaced(t.now(), p)
-	return tk, reason, tr, nil
+	tk, reason, tr = c.admitPlaced(t.now(), p)
+	return tk, reason, tr, false, nil
 }

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 )
 
@@ -149,7 +151,7 @@ func TestQueueJoinerAfterTheOpenIsRefusedAtOnce(t *testing.T) {
 		req := mustReq(t, testURL)
 		c := tr.circuit(req)
 		start := time.Now()
-		_, reason, _, err := tr.wait(req, c, c.pol.Load()) // as if admission saw it closed
+		_, reason, _, _, err := tr.wait(req, c, c.pol.Load()) // as if admission saw it closed
 		require.NoError(t, err)
 		require.Equal(t, rejectOpen, reason)
 		require.Zero(t, time.Since(start), "refused without waiting")
@@ -521,6 +523,51 @@ func TestBulkheadTurnedOffSendsItsWaiters(t *testing.T) {
 		}
 		require.Empty(t, tr.Snapshot(), "an off key has no breaker")
 		require.Equal(t, StateClosed, tr.State(testKey))
+	})
+}
+
+// TestBulkheadTurnedShadowSendsItsWaiters: an Update that moves a key
+// from enforce to shadow, which refuses nothing, sends the calls waiting
+// in its line to next at once, as shadow passes of a full bulkhead:
+// counted in breaker_shadow_rejections_total and told to observers as
+// such, their outcomes counted for nothing, and holding no place.
+func TestBulkheadTurnedShadowSendsItsWaiters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newHeldDep()
+		reg := prometheus.NewPedanticRegistry()
+		rec := &recorder{}
+		opts := []Option{WithMaxConcurrent(1), WithQueue(2, time.Minute), WithMinRequests(1)}
+		tr := New(d, append(slices.Clone(opts), WithMetrics(reg), WithObserver(rec))...)
+		ctx := context.Background()
+		h, w1, w2 := send(t, ctx, tr, "h"), send(t, ctx, tr, "w1"), send(t, ctx, tr, "w2")
+		require.Equal(t, []string{"h"}, d.order(), "w1 and w2 wait in the line")
+		start := time.Now()
+		require.NoError(t, tr.Update(append(opts, WithMode(ModeShadow))...))
+		synctest.Wait()
+		require.ElementsMatch(t, []string{"h", "w1", "w2"}, d.order(), "shadow refuses nothing: the waiters go at once (in either order)")
+		require.Zero(t, time.Since(start), "not after their wait")
+		d.let("h", 200)
+		d.let("w1", 500)
+		d.let("w2", 500)
+		requireAnswered(t, h)
+		for _, c := range []chan result{w1, w2} {
+			r := <-c
+			require.NoError(t, r.err)
+			require.Equal(t, 500, r.resp.StatusCode, "next's own answer")
+			require.False(t, IsRejected(r.resp))
+		}
+		require.Equal(t, StateClosed, tr.State(testKey), "a shadow pass's failure counts for nothing")
+		require.Equal(t, 2.0, gaugeValue(t, reg, "breaker_shadow_rejections_total", `reason="bulkhead"`))
+		require.Equal(t, 0.0, gaugeValue(t, reg, "breaker_rejections_total", `reason="bulkhead"`))
+		var passes int
+		for _, c := range rec.allCalls() {
+			if c.Shadow {
+				passes++
+				require.Equal(t, Call{Key: testKey, State: StateClosed, Outcome: OutcomeFailure, Rejected: "bulkhead", Shadow: true}, c)
+			}
+		}
+		require.Equal(t, 2, passes, "both waiters observed as shadow passes")
+		requireBulkheadEmpty(t, tr, "the place h held is back, and the waiters took none")
 	})
 }
 

@@ -173,6 +173,7 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	var tk ticket
 	var tr *transition
 	reason := admitted
+	shadow := p.mode == ModeShadow // or a waiter sent on by an Update to ModeShadow
 	retry := p.budgeted() && isRetry(req)
 	switch {
 	case retry && stateOf(b.word.Load()) == StateClosed && !b.takeRetry(now, &p.settings):
@@ -182,8 +183,8 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	default:
 		tk, reason, tr = b.admit(now, &p.settings)
 	}
-	if reason == rejectBulkhead && p.mode == ModeEnforce {
-		tk, reason, tr, err = t.wait(req, c, p)
+	if reason == rejectBulkhead && !shadow {
+		tk, reason, tr, shadow, err = t.wait(req, c, p)
 		joined := now
 		now = t.now() // a call timeout starts when the call leaves the line
 		queued = time.Duration(now - joined)
@@ -202,7 +203,7 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		t.notify(tr)
 	} else {
 		t.notify(tr)
-		if p.mode != ModeShadow {
+		if !shadow {
 			c.rejected[reason].Add(1)
 			if len(t.observers) > 0 {
 				t.observe(req.Context(), Call{Key: c.key(), State: c.refusedState(reason), Outcome: OutcomeIgnored,

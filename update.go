@@ -26,7 +26,10 @@ import (
 // reject-as-error — stays as it was admitted. A key switched to ModeOff loses its
 // breaker and its bulkhead: the calls waiting in its line go on at once,
 // and no outcome of its calls in flight is counted; a key switched back
-// from it starts closed. A bulkhead resized
+// from it starts closed. A key switched to ModeShadow refuses nothing from
+// then on: the calls waiting in its line go on at once, as shadow passes
+// of a full bulkhead (counted in breaker_shadow_rejections_total, their
+// outcomes counted for nothing). A bulkhead resized
 // applies at once: a larger one admits its waiters, oldest first, before
 // any newcomer; a smaller one admits nobody until the calls in flight
 // fall below it; no call in flight is cut. A bulkhead added to a key
@@ -93,6 +96,9 @@ func (t *Transport) update(opts []Option) error {
 		k.pol.Store(to)
 		k.b.configure(&to.settings)
 		k.wake() // a larger bulkhead admits its waiters at once
+		if to.mode == ModeShadow {
+			k.bulk.passAll() // shadow refuses nothing: its waiters go on at once
+		}
 		return true
 	})
 	for _, k := range gone {
