@@ -216,10 +216,10 @@ func (c *circuit) wake() {
 // sets it has room and for as long as that policy's wait, then is
 // admitted by state. A call that joins once the breaker is open is
 // refused as open at once, as the line was when it opened. A call still
-// waiting when an Update puts the key in ModeShadow is refused as
-// bulkhead full with shadow set: RoundTrip lets it through as a shadow
-// breaker's pass. The error is the context's, for a caller that gave up
-// waiting; such a call counts for nothing.
+// waiting when an Update puts the key in ModeShadow, or that joins after
+// it did, is refused as bulkhead full with shadow set: RoundTrip lets it
+// through as a shadow breaker's pass. The error is the context's, for a
+// caller that gave up waiting; such a call counts for nothing.
 func (t *Transport) wait(req *http.Request, c *circuit, p *policy) (tk ticket, reason rejectReason, tr *transition, shadow bool, err error) {
 	cur := c.pol.Load() // the line's length and wait, as they are now
 	if cur.queue == 0 {
@@ -230,6 +230,12 @@ func (t *Transport) wait(req *http.Request, c *circuit, p *policy) (tk ticket, r
 		return ticket{}, rejectBulkhead, nil, false, nil // the line is full
 	}
 	c.wake() // a place freed before the call joined goes to the oldest waiter
+	if c.pol.Load().mode == ModeShadow && c.bulk.leave(w) {
+		// An Update put the key in ModeShadow after admission looked,
+		// and sent its line on before the call joined: sent on now, as
+		// the line was.
+		return ticket{}, rejectBulkhead, nil, true, nil
+	}
 	if c.b.openAt(t.now()) && c.bulk.leave(w) {
 		// The breaker opened after admission looked, and its report
 		// refused the line before the call joined: refused as open now,

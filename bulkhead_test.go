@@ -571,6 +571,34 @@ func TestBulkheadTurnedShadowSendsItsWaiters(t *testing.T) {
 	})
 }
 
+// TestBulkheadShadowJoinerGoesAtOnce: a call that found the bulkhead full
+// under enforce, and reaches the line only after an Update moved the key
+// to shadow and sent the line on, goes on at once as a shadow pass rather
+// than waiting for a place.
+func TestBulkheadShadowJoinerGoesAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newHeldDep()
+		opts := []Option{WithMaxConcurrent(1), WithQueue(5, time.Minute)}
+		tr := New(d, opts...)
+		h := send(t, context.Background(), tr, "h") // holds the only place
+		req := mustReq(t, testURL)
+		c := tr.circuit(req)
+		p := c.pol.Load() // the enforcing policy admission saw
+		require.NoError(t, tr.Update(append(opts, WithMode(ModeShadow))...))
+		start := time.Now()
+		tk, reason, _, shadow, err := tr.wait(req, c, p)
+		require.NoError(t, err)
+		require.True(t, shadow)
+		require.Equal(t, rejectBulkhead, reason)
+		require.False(t, tk.place, "a shadow pass holds no place")
+		require.Zero(t, time.Since(start), "sent on without waiting")
+		require.Zero(t, c.bulk.waiting.Load(), "not left in the line")
+		d.let("h", 200)
+		requireAnswered(t, h)
+		requireBulkheadEmpty(t, tr, "every place given back")
+	})
+}
+
 // TestBulkheadLetGoLetsLaterJoinersGo: a call that found the circuit
 // before an Update turned its key off, and joins the line after the line
 // was let go, is let go at once too, not left waiting on a line nobody

@@ -97,7 +97,7 @@ func (t *Transport) update(opts []Option) error {
 		k.b.configure(&to.settings)
 		k.wake() // a larger bulkhead admits its waiters at once
 		if to.mode == ModeShadow {
-			k.bulk.passAll() // shadow refuses nothing: its waiters go on at once
+			k.bulk.passAll() // after the Store: a call that joins later sees shadow (see Transport.wait)
 		}
 		return true
 	})
