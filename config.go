@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -93,7 +94,7 @@ func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d)
 func (d *Duration) UnmarshalText(text []byte) error {
 	v, err := time.ParseDuration(string(text))
 	if err != nil {
-		if durationShaped(string(text)) {
+		if durationShaped.Match(text) {
 			return fmt.Errorf("%q is out of range: at most %s", text, time.Duration(math.MaxInt64))
 		}
 		return fmt.Errorf("want %s, got %q", Duration(0).form(), text)
@@ -102,30 +103,10 @@ func (d *Duration) UnmarshalText(text []byte) error {
 	return nil
 }
 
-// durationShaped reports whether s is written as a Go duration, a sign
-// and numbers each with a unit ("1.5h30m"), whatever its size: one that
-// time.ParseDuration refuses is too large.
-func durationShaped(s string) bool {
-	s = strings.TrimLeft(s, "+-")
-	if s == "" {
-		return false
-	}
-	for s != "" {
-		n := len(s) - len(strings.TrimLeft(s, "0123456789."))
-		if n == 0 || strings.Count(s[:n], ".") > 1 || s[:n] == "." {
-			return false
-		}
-		s = s[n:]
-		u := len(s) - len(strings.TrimLeft(s, "nsuµμmh"))
-		switch s[:u] {
-		case "ns", "us", "µs", "μs", "ms", "s", "m", "h":
-		default:
-			return false
-		}
-		s = s[u:]
-	}
-	return true
-}
+// durationShaped matches a Go duration as time.ParseDuration reads one,
+// whatever its size: a sign, then numbers each with a unit ("1.5h30m").
+// One that time.ParseDuration refuses is too large.
+var durationShaped = regexp.MustCompile(`^[-+]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:ns|us|µs|μs|ms|s|m|h))+$`)
 
 // form is what a file gives for a Duration.
 func (Duration) form() string { return `a duration such as "800ms"` }
@@ -402,7 +383,7 @@ func ParseConfig(data []byte) (Config, error) {
 		return Config{}, errors.New("httpbreaker: Config: null: want an object")
 	}
 	if err := json.Unmarshal(data, &c); err != nil { // refuses trailing data, as a half-rewritten file may have
-		if !strings.HasPrefix(err.Error(), "httpbreaker: ") { // not valid JSON
+		if syntax := (*json.SyntaxError)(nil); errors.As(err, &syntax) { // not JSON: the decoders never ran
 			err = fmt.Errorf("httpbreaker: Config: %w", err)
 		}
 		return Config{}, err

@@ -60,16 +60,20 @@ func (u *uploadBody) Close() error {
 func (u *upload) failed() bool { return u != nil && u.err.Load() }
 
 // watchUpload returns the request to send for req: req itself when it
-// has no body, else a shallow copy whose Body, unless it cannot fail (see
+// has no body, or one that cannot fail and no GetBody, else a shallow copy whose Body, unless it cannot fail (see
 // inMemory), and each body its GetBody returns, is req's wrapped to tell
 // whether reading it failed. The caller's request is never modified.
 func watchUpload(req *http.Request) (*http.Request, *upload) {
 	if req.Body == nil || req.Body == http.NoBody {
 		return req, nil
 	}
+	fixed := inMemory(req.Body, req.ContentLength)
+	if fixed && req.GetBody == nil {
+		return req, nil // nothing to watch
+	}
 	w := &watched{req: *req} // one allocation for the copy, its body and the flag
 	want := max(req.ContentLength, 0)
-	if !inMemory(req.Body, req.ContentLength) {
+	if !fixed {
 		w.body = uploadBody{ReadCloser: req.Body, want: want, upload: &w.upload}
 		w.req.Body = &w.body
 	}
@@ -101,30 +105,22 @@ type watched struct {
 // *bytes.Buffer, *bytes.Reader or *strings.Reader (io.NopCloser of it)
 // holding exactly n bytes. Reading it cannot fail, nor end short of or
 // past the request's ContentLength, so it is not watched (the bodies its
-// GetBody gives are); and a wrapper would cost every such call a write: net/http sends a body it knows to
-// be in memory with the headers, and flushes the headers on their own
-// before any other body. It is net/http's own test (transfer.go,
+// GetBody gives are); and a wrapper would cost every such call a write:
+// net/http sends a body it knows to be in memory with the headers, and
+// flushes the headers on their own before any other body. It is net/http's own test (transfer.go,
 // isKnownInMemoryReader), with the length checked as well.
 func inMemory(body io.ReadCloser, n int64) bool {
 	if t := reflect.TypeOf(body); n <= 0 || t != nopCloserType && t != nopCloserWriterToType {
 		return false
 	}
-	left := -1 // a nil reader is not one
-	switch r := reflect.ValueOf(body).Field(0).Interface().(type) {
-	case *bytes.Reader:
-		if r != nil {
-			left = r.Len()
-		}
-	case *bytes.Buffer:
-		if r != nil {
-			left = r.Len()
-		}
-	case *strings.Reader:
-		if r != nil {
-			left = r.Len()
-		}
+	inner := reflect.ValueOf(body).Field(0).Interface()
+	switch inner.(type) {
+	case *bytes.Reader, *bytes.Buffer, *strings.Reader:
+	default:
+		return false
 	}
-	return int64(left) == n
+	r := inner.(interface{ Len() int })
+	return !reflect.ValueOf(r).IsNil() && int64(r.Len()) == n // a nil reader is not one
 }
 
 // The two types io.NopCloser returns: for a reader with WriteTo, and
