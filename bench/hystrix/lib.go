@@ -88,12 +88,16 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	return nil, err
 }
 
+func one(next http.RoundTripper, cfg harness.Config) http.RoundTripper {
+	return newRT(next, cfg, false)
+}
+
 var Lib = harness.Lib{
 	Name:    "afex/hystrix-go",
-	One:     func(next http.RoundTripper, cfg harness.Config) http.RoundTripper { return newRT(next, cfg, false) },
+	One:     one,
 	PerHost: func(next http.RoundTripper, cfg harness.Config) http.RoundTripper { return newRT(next, cfg, true) },
-	Open: map[string]harness.OpenMode{"error": {
-		Wrap:     func(next http.RoundTripper, cfg harness.Config) http.RoundTripper { return newRT(next, cfg, false) },
-		Rejected: harness.IsErr(hx.ErrCircuitOpen),
-	}},
+	Open: map[string]harness.OpenMode{
+		"error": {Wrap: one, Rejected: harness.IsErr(hx.ErrCircuitOpen)},
+		"503":   harness.As503(one, hx.ErrCircuitOpen),
+	},
 }

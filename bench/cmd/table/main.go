@@ -473,8 +473,11 @@ func render(w io.Writer, all map[string]results, source map[string]string, versi
 	}
 	p("\n")
 	p("- **open**: the breaker tripped by its own logic (a stub answering 500 until the library rejects), held open\n")
-	p("  for an hour; the cost of one refused request, absolute (no request reaches the stub). Peers only refuse\n")
-	p("  with an error; httpbreaker's 503 mode builds the synthetic response (`IsRejected`).\n")
+	p("  for an hour; the cost of one refused request, absolute (no request reaches the stub). Peers refuse only\n")
+	p("  with an error: their 503 is what their user writes to answer that error as httpbreaker's synthetic 503\n")
+	p("  (`harness.As503`: the same status, headers, body and Request, built the plain way). It has no mark that\n")
+	p("  tells it from an upstream 503; httpbreaker's has one (`IsRejected`, through `http.Client` too), carried by a\n")
+	p("  copy of the request with a marked context.\n")
 	p("- **loopback**: `httptest.Server` + one pooled `http.Transport` shared by both sides; each iteration does one bare\n")
 	p("  and one wrapped round trip (order alternating), body read and closed. Ratio: median wrapped / median bare\n")
 	p("  round trip; overhead: median of the per-pair differences (medians, so that a stall of the machine does not\n")

@@ -8,7 +8,7 @@
 //	BenchmarkClosed/{bare,host,route,hostmap}   one request, closed breaker
 //	BenchmarkParallel/{bare,wrapped}            one hot key from every P (run with -cpu 1,2,8)
 //	BenchmarkManyHosts/{bare,wrapped}           1,000 hosts round-robin
-//	BenchmarkOpen/{error,503}                   the open path (peers: error only)
+//	BenchmarkOpen/{error,503}                   the open path (peers' 503: As503)
 //	BenchmarkLoopback                           real loopback server, paired bare/wrapped
 //
 // The difference wrapped − bare, measured in the same process, is the
@@ -104,7 +104,10 @@ func ErrorLib(name string, wrap Wrap, openErr error) Lib {
 		PerHost: func(next http.RoundTripper, cfg Config) http.RoundTripper {
 			return NewHostMap(func() http.RoundTripper { return wrap(next, cfg) })
 		},
-		Open: map[string]OpenMode{"error": {Wrap: wrap, Rejected: IsErr(openErr)}},
+		Open: map[string]OpenMode{
+			"error": {Wrap: wrap, Rejected: IsErr(openErr)},
+			"503":   As503(wrap, openErr),
+		},
 	}
 }
 
