@@ -48,7 +48,7 @@ func totals(t *testing.T, tr *Transport, key string) counts {
 	t.Helper()
 	b := tr.breakers.get(key)
 	require.NotNil(t, b, "no breaker for %s", key)
-	return b.b.window().totals()
+	return b.b.win.totals()
 }
 
 // oneOutcome returns c's only outcome, failing unless c counts exactly

@@ -169,7 +169,7 @@ type breaker struct {
 	// win is the rolling window; resized in place when the window's
 	// length changes (see configure), so that no outcome counted then is
 	// lost from its totals.
-	win atomic.Pointer[window]
+	win window
 	// budget counts first attempts and retries for the retry budget, in a
 	// window of the same length; made on first use (see budgetWindow).
 	budget atomic.Pointer[window]
@@ -227,13 +227,8 @@ func newBreaker(key string, s *settings, epoch time.Time, now int64, f fleet) *b
 func (b *breaker) init(key string, s *settings, epoch time.Time, now int64, f fleet) {
 	b.key, b.fleet, b.epoch, b.since, b.genSince, b.created = key, f, epoch, now, now, now
 	b.cfg.Store(s)
-	w := new(window)
-	w.init(int64(s.window))
-	b.win.Store(w)
+	b.win.init(int64(s.window))
 }
-
-// window returns the breaker's rolling window.
-func (b *breaker) window() *window { return b.win.Load() }
 
 // configure makes s the breaker's settings from now on (see
 // Transport.Update): every decision not made by a call already admitted
@@ -246,7 +241,7 @@ func (b *breaker) configure(s *settings) {
 	old := b.cfg.Swap(s)
 	b.recheck.Store(true)
 	if old.window != s.window {
-		b.window().resize(int64(s.window)) // in place: an outcome counted meanwhile is not lost from the totals
+		b.win.resize(int64(s.window)) // in place: an outcome counted meanwhile is not lost from the totals
 		b.budget.Store(nil)                // made afresh, of the new length, on first use
 	}
 }
@@ -334,10 +329,10 @@ func (b *breaker) count(tk ticket, o Outcome, now int64, retryAfter time.Duratio
 	}
 	w := b.word.Load()
 	if genOf(w) != tk.gen {
-		b.window().addTotal(o) // admitted in a state that is over: it decides nothing
+		b.win.addTotal(o) // admitted in a state that is over: it decides nothing
 		return nil
 	}
-	b.window().add(now, o)
+	b.win.add(now, o)
 	switch {
 	case o == OutcomeFailure || o == OutcomeThrottled:
 		b.noteRetryAfter(retryAfter, now)
@@ -362,16 +357,16 @@ func (b *breaker) countProbe(tk ticket, o Outcome, now int64, retryAfter time.Du
 	defer b.mu.Unlock()
 	s := b.cfg.Load()
 	if tr := b.advanceLocked(now, s, false); tr != nil {
-		b.window().addTotal(o)
+		b.win.addTotal(o)
 		return b.queueLocked(tr) // the probe outlived the bound: it counted as failed then
 	}
 	w := b.word.Load()
 	if genOf(w) != tk.gen || stateOf(w) != StateHalfOpen {
-		b.window().addTotal(o)
+		b.win.addTotal(o)
 		return nil // a newer state already decided
 	}
 	b.releaseProbeLocked(tk.probe)
-	b.window().add(now, o)
+	b.win.add(now, o)
 	switch o {
 	case OutcomeSuccess:
 		b.results[probeSuccess]++
@@ -422,7 +417,7 @@ func (b *breaker) releaseProbeLocked(id uint64) {
 // forgets them all (see setLocked).
 func (b *breaker) noteRetryAfter(d time.Duration, now int64) {
 	if d > 0 {
-		b.window().hint(now, int64(d))
+		b.win.hint(now, int64(d))
 	}
 }
 
@@ -438,7 +433,7 @@ func (b *breaker) noteRetryAfter(d time.Duration, now int64) {
 // but never trips on it, so that the tail of a burst shorter than the
 // sustain, still in the window, does not trip it.
 func (b *breaker) maybeTrip(w uint64, now int64, s *settings, o Outcome) *transition {
-	c := b.window().sums(now)
+	c := b.win.sums(now)
 	req := c.requests()
 	if req < s.minRequests {
 		b.throttleSince.Store(0) // 429s no longer make up the rate of MinRequests outcomes
@@ -523,7 +518,7 @@ func (b *breaker) advanceLocked(now int64, s *settings, admission bool) *transit
 }
 
 // countsLocked returns the window's Counts at clock time now.
-func (b *breaker) countsLocked(now int64) Counts { return countsOf(b.window().sums(now)) }
+func (b *breaker) countsLocked(now int64) Counts { return countsOf(b.win.sums(now)) }
 
 // probeBoundLocked returns the clock time at which the oldest probe in
 // flight outlives the probe bound, if one is in flight. Requires mu held.
@@ -556,7 +551,7 @@ func (b *breaker) setLocked(to State, at int64, reason Reason, c Counts) *transi
 	b.operator = false
 	b.probes = b.probes[:0]
 	b.successes = 0
-	b.window().clearHints()
+	b.win.clearHints()
 	b.throttleSince.Store(0)
 	if to != StateOpen {
 		b.retryAt.Store(0)
@@ -623,7 +618,7 @@ func (b *breaker) openDuration(now int64, s *settings) time.Duration {
 	for i := 0; i < b.cycles && d < s.maxOpenTimeout; i++ {
 		d = doubled(d)
 	}
-	d = max(d, time.Duration(b.window().longestHint(now)))
+	d = max(d, time.Duration(b.win.longestHint(now)))
 	d = min(d, s.maxOpenTimeout)
 	if s.jitter > 0 {
 		if span := scaled(d, s.jitter); span > 0 {
@@ -645,7 +640,7 @@ func (b *breaker) openDuration(now int64, s *settings) time.Duration {
 func (b *breaker) closeLocked(at int64, reason Reason) *transition {
 	b.cycles = 0
 	tr := b.setLocked(StateClosed, at, reason, b.countsLocked(at))
-	b.window().clear()
+	b.win.clear()
 	return tr
 }
 
@@ -729,6 +724,6 @@ func (b *breaker) idle(now int64) bool {
 	if stateOf(b.word.Load()) != StateClosed || now-b.created < int64(b.cfg.Load().window) || !b.out.quiet() {
 		return false
 	}
-	c := b.window().sums(now)
+	c := b.win.sums(now)
 	return c.requests()+c[OutcomeIgnored] == 0
 }

@@ -322,17 +322,17 @@ func TestDeadlineSuccessCountsAtAdmission(t *testing.T) {
 
 		time.Sleep(1500 * time.Millisecond)
 		call("/sleep/700ms") // admitted at 1.5s, ends at 2.2s
-		require.Equal(t, uint32(1), b.window().buckets[1].counts[OutcomeSuccess].Load())
-		require.Zero(t, b.window().buckets[2].counts[OutcomeSuccess].Load())
+		require.Equal(t, uint32(1), b.win.buckets[1].counts[OutcomeSuccess].Load())
+		require.Zero(t, b.win.buckets[2].counts[OutcomeSuccess].Load())
 
 		done := make(chan struct{})
 		go func() { call("/sleep/15s"); close(done) }() // bucket 2, ends at 17.2s
 		time.Sleep(10300 * time.Millisecond)
 		call("/") // 12.5s: bucket 12 takes bucket 2's place
 		<-done
-		require.Equal(t, uint32(1), b.window().buckets[2].counts[OutcomeSuccess].Load(), "bucket 12 holds its own call only")
+		require.Equal(t, uint32(1), b.win.buckets[2].counts[OutcomeSuccess].Load(), "bucket 12 holds its own call only")
 		require.Equal(t, int64(1), tr.Snapshot()[0].Requests, "in the window at 17.2s: the call at 12.5s")
-		require.Equal(t, int64(4), b.window().totals()[OutcomeSuccess])
+		require.Equal(t, int64(4), b.win.totals()[OutcomeSuccess])
 	})
 }
 

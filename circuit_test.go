@@ -113,7 +113,7 @@ func TestFullCapTakesNoLock(t *testing.T) {
 		return err
 	})
 	require.Equal(t, int64(5), d.calls.Load(), "every request reached the dependency")
-	require.Equal(t, int64(3), tr.breakers.get("api.test").b.window().totals().requests())
+	require.Equal(t, int64(3), tr.breakers.get("api.test").b.win.totals().requests())
 }
 
 // TestMaxBreakersOffRouteFallsBackToTheEnforcingHost: past the cap, a

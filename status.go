@@ -210,7 +210,7 @@ func (b *breaker) stats(now int64, advance bool) (stats, *transition) {
 	st.probes = b.results
 	st.open = time.Duration(b.openTotalLocked(now))
 	b.mu.Unlock()
-	st.window = b.window().sums(now)
-	st.totals = b.window().totals()
+	st.window = b.win.sums(now)
+	st.totals = b.win.totals()
 	return st, tr
 }

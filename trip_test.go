@@ -413,7 +413,7 @@ func TestResetStartsTheGenerationBeforeClearing(t *testing.T) {
 	_, _ = get(t, tr, testURL)
 	b := &tr.breakers.get(testKey).b
 	gen := genOf(b.word.Load())
-	b.window().mu.Lock()
+	b.win.mu.Lock()
 	done := make(chan struct{})
 	go func() { defer close(done); tr.Reset(testKey) }()
 	deadline := time.Now().Add(10 * time.Second)
@@ -421,7 +421,7 @@ func TestResetStartsTheGenerationBeforeClearing(t *testing.T) {
 		runtime.Gosched()
 	}
 	moved := genOf(b.word.Load()) != gen
-	b.window().mu.Unlock()
+	b.win.mu.Unlock()
 	<-done
 	require.True(t, moved, "the generation moved while the clear waited")
 }
