@@ -242,7 +242,7 @@ func (b *breaker) configure(s *settings) {
 	b.recheck.Store(true)
 	if old.window != s.window {
 		b.win.resize(int64(s.window)) // in place: an outcome counted meanwhile is not lost from the totals
-		b.budget.Store(nil)                // made afresh, of the new length, on first use
+		b.budget.Store(nil)           // made afresh, of the new length, on first use
 	}
 }
 
