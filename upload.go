@@ -59,10 +59,13 @@ func (u *uploadBody) Close() error {
 // again, failed; false for nil.
 func (u *upload) failed() bool { return u != nil && u.err.Load() }
 
-// watchUpload returns the request to send for req: req itself when it
-// has no body, or one that cannot fail and no GetBody, else a shallow copy whose Body, unless it cannot fail (see
-// inMemory), and each body its GetBody returns, is req's wrapped to tell
-// whether reading it failed. The caller's request is never modified.
+// watchUpload returns the request to send for req, and what its bodies
+// report to. It is req itself when there is nothing to watch: no body, or
+// one that cannot fail (see inMemory) and no GetBody. Otherwise it is a
+// shallow copy of req in which each body that can fail is wrapped to
+// tell whether reading it failed: req's Body, unless it cannot fail,
+// and every body its GetBody returns. The caller's request is never
+// modified.
 func watchUpload(req *http.Request) (*http.Request, *upload) {
 	if req.Body == nil || req.Body == http.NoBody {
 		return req, nil
@@ -105,22 +108,20 @@ type watched struct {
 // *bytes.Buffer, *bytes.Reader or *strings.Reader (io.NopCloser of it)
 // holding exactly n bytes. Reading it cannot fail, nor end short of or
 // past the request's ContentLength, so it is not watched (the bodies its
-// GetBody gives are); and a wrapper would cost every such call a write:
-// net/http sends a body it knows to be in memory with the headers, and
-// flushes the headers on their own before any other body. It is net/http's own test (transfer.go,
-// isKnownInMemoryReader), with the length checked as well.
+// GetBody gives are). A wrapper would also cost every such call a
+// write: net/http sends a body it knows to be in memory with the
+// headers, and flushes the headers on their own before any other body.
+// It is net/http's own test (transfer.go, isKnownInMemoryReader), with
+// the length checked as well.
 func inMemory(body io.ReadCloser, n int64) bool {
 	if t := reflect.TypeOf(body); n <= 0 || t != nopCloserType && t != nopCloserWriterToType {
 		return false
 	}
-	inner := reflect.ValueOf(body).Field(0).Interface()
-	switch inner.(type) {
+	switch r := reflect.ValueOf(body).Field(0).Interface().(type) {
 	case *bytes.Reader, *bytes.Buffer, *strings.Reader:
-	default:
-		return false
+		return !reflect.ValueOf(r).IsNil() && int64(r.(interface{ Len() int }).Len()) == n // a nil reader is not one
 	}
-	r := inner.(interface{ Len() int })
-	return !reflect.ValueOf(r).IsNil() && int64(r.Len()) == n // a nil reader is not one
+	return false
 }
 
 // The two types io.NopCloser returns: for a reader with WriteTo, and

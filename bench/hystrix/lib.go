@@ -88,6 +88,7 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	return nil, err
 }
 
+// one is the single-breaker wrapper: every request runs as one command.
 func one(next http.RoundTripper, cfg harness.Config) http.RoundTripper {
 	return newRT(next, cfg, false)
 }
