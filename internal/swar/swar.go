@@ -46,28 +46,31 @@ func Load32(s string) uint64 {
 }
 
 // HasUpperOrNonASCII reports whether s has an ASCII upper-case letter or
-// a byte that is not ASCII. On bytes under 0x80, adding 0x80-'A' sets a
-// byte's high bit if it is at least 'A', and adding 0x80-'Z'-1 if it is
-// past 'Z'; no sum carries into the next byte.
+// a byte that is not ASCII. A string of eight bytes or more is read a
+// word at a time, the last word overlapping the one before it.
 func HasUpperOrNonASCII(s string) bool {
-	if len(s) < 8 {
-		for i := 0; i < len(s); i++ {
+	n := len(s)
+	if n < 8 {
+		for i := 0; i < n; i++ {
 			if c := s[i]; c-'A' < 26 || c >= utf8.RuneSelf {
 				return true
 			}
 		}
 		return false
 	}
-	for i := 0; ; i += 8 {
-		if i+8 > len(s) {
-			i = len(s) - 8 // the last word overlaps the one before
-		}
-		x := Load64(s[i:])
-		if x&highs != 0 || (x+ones*(0x80-'A'))&^(x+ones*(0x80-'Z'-1))&highs != 0 {
+	for i := 0; i < n-8; i += 8 {
+		if upperOrNonASCII(Load64(s[i:])) {
 			return true
 		}
-		if i+8 == len(s) {
-			return false
-		}
 	}
+	return upperOrNonASCII(Load64(s[n-8:]))
+}
+
+// upperOrNonASCII reports whether a byte of x is an ASCII upper-case
+// letter or not ASCII. On bytes under 0x80, adding 0x80-'A' sets a byte's
+// high bit if it is at least 'A', and adding 0x80-'Z'-1 if it is past
+// 'Z'; no sum carries into the next byte. A byte of 0x80 or more has its
+// high bit set already, and then the sums' carries do not matter.
+func upperOrNonASCII(x uint64) bool {
+	return (x|(x+ones*(0x80-'A'))&^(x+ones*(0x80-'Z'-1)))&highs != 0
 }
