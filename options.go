@@ -351,9 +351,9 @@ func WithFallback(f func(*http.Request, error) (*http.Response, error)) Option {
 
 // WithRejectAsError makes rejections return (nil, err), where err is a
 // *RejectedError and errors.Is(err, ErrOpen) holds, instead of the
-// synthetic 503. Through http.Client the error arrives wrapped in a
-// *url.Error; errors.Is still works. WithoutRejectAsError turns it off
-// again.
+// synthetic 503 [off]. Through http.Client the error arrives
+// wrapped in a *url.Error; errors.Is still works. WithoutRejectAsError
+// turns it off again.
 func WithRejectAsError() Option { return rejectAsErrorRow.with(true) }
 
 // WithoutRejectAsError makes rejections the synthetic 503 (or the

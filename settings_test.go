@@ -78,21 +78,21 @@ func TestTunableTable(t *testing.T) {
 
 // TestTunableTableDocs: the docs derived from the table by hand agree
 // with it: each row's option is an exported function of the package and
-// is in docs/tuning.md, and docs/policies.md's list of the file's fields
-// names exactly the table's.
+// is in docs/tuning.md, its doc gives its default in brackets, and
+// docs/policies.md's list of the file's fields names exactly the table's.
 func TestTunableTableDocs(t *testing.T) {
-	funcs := map[string]bool{}
+	funcs := map[string]string{} // exported function: its doc
 	files, err := filepath.Glob("*.go")
 	require.NoError(t, err)
 	for _, name := range files {
 		if strings.HasSuffix(name, "_test.go") {
 			continue
 		}
-		f, err := parser.ParseFile(token.NewFileSet(), name, nil, parser.SkipObjectResolution)
+		f, err := parser.ParseFile(token.NewFileSet(), name, nil, parser.ParseComments|parser.SkipObjectResolution)
 		require.NoError(t, err)
 		for _, d := range f.Decls {
 			if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv == nil && fd.Name.IsExported() {
-				funcs[fd.Name.Name] = true
+				funcs[fd.Name.Name] = fd.Doc.Text()
 			}
 		}
 	}
@@ -102,7 +102,9 @@ func TestTunableTableDocs(t *testing.T) {
 	for _, tu := range tunables {
 		name, option, _ := tu.about()
 		names = append(names, name)
-		require.True(t, funcs[option], "%s: %s is not a function of the package", name, option)
+		doc, ok := funcs[option]
+		require.True(t, ok, "%s: %s is not a function of the package", name, option)
+		require.Regexp(t, `\[[^]]+\]`, doc, "%s: %s's doc gives no default in brackets (see defaultConfig)", name, option)
 		require.Contains(t, string(tuning), "`"+option+"(", "%s: docs/tuning.md does not describe %s", name, option)
 	}
 	policies, err := os.ReadFile("docs/policies.md")

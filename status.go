@@ -131,7 +131,8 @@ type statusJSON struct {
 // StatusHandler returns a handler that serves Snapshot as JSON, each
 // breaker's settings under the declarative form's names and in its
 // formats (see Config), every tunable included; "reason" is left out for
-// a breaker closed since it was made, and "retry_at" unless it is open:
+// a breaker closed since it was made, and "retry_at" unless it is open
+// (served indented, one field per line; compacted here):
 //
 //	{"breakers":[{"key":"api.example.com","state":"open","since":"…","reason":"failure_rate","retry_at":"…",
 //	  "requests":40,"failures":31,"throttled":0,"failure_rate":0.775,"mode":"enforce",

@@ -4,7 +4,7 @@
 # (without the race detector; the short soak runs under -race in .ci/run),
 # and staticcheck.
 #
-# A fuzz failure leaves its input in <package>/testdata/fuzz/<Target>/: commit it
+# A fuzz failure leaves its input in <dir>/testdata/fuzz/<Target>/: commit it
 # with the fix, so that every later `go test` replays it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,11 +18,12 @@ export GOTOOLCHAIN=local
 # (golang/go#75804, fixed in Go 1.27). A count has no deadline to race.
 # Each count is about 10-30s of fuzzing on a 2-core machine.
 for entry in .:FuzzHostKey:200000 .:FuzzDefaultClassifier:100000 .:FuzzParseRetryAfter:100000 \
-	.:FuzzParseConfig:150000 .:FuzzSelector:200000 ./internal/route:FuzzMatch:200000; do
-	IFS=: read -r pkg target count <<<"$entry"
+	.:FuzzParseConfig:150000 .:FuzzSelector:200000 internal/route:FuzzMatch:200000 \
+	redisstore:FuzzDecodeWire:100000; do
+	IFS=: read -r dir target count <<<"$entry"
 	count="${FUZZCOUNT:-$count}"
-	echo "--- fuzz $target in $pkg (${count} inputs)"
-	go test -run '^$' -fuzz "^${target}\$" -fuzztime "${count}x" "$pkg"
+	echo "--- fuzz $target in $dir (${count} inputs)"
+	(cd "$dir" && go test -run '^$' -fuzz "^${target}\$" -fuzztime "${count}x" .) # redisstore is a module of its own
 done
 
 echo "--- soak (HTTPBREAKER_SOAK=long, 30s)"
