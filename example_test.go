@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
 	"strings"
 	"time"
 
@@ -55,6 +56,37 @@ func ExampleWithRejectAsError() {
 	}
 	// Output:
 	// refused by payments.internal - retry in 30s
+}
+
+// What a caller gets from an open breaker by default: a 503 that never
+// left the process, the same for every breaker, naming nothing internal.
+// Retry-After is the whole seconds until the next probe.
+func Example_refusal() {
+	tr := httpbreaker.New(nil)
+	tr.Trip("payments.internal", 4*time.Second)
+
+	client := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	resp, err := client.Get("http://payments.internal/v1/charges")
+	if err != nil {
+		fmt.Println("error:", err)
+		return
+	}
+	defer resp.Body.Close()
+	dump, err := httputil.DumpResponse(resp, true)
+	if err != nil {
+		fmt.Println("error:", err)
+		return
+	}
+	fmt.Print(strings.ReplaceAll(string(dump), "\r\n", "\n"))
+	// Output:
+	// HTTP/1.1 503 Service Unavailable
+	// Content-Length: 41
+	// Cache-Control: no-store
+	// Content-Type: text/plain; charset=utf-8
+	// Retry-After: 4
+	// X-Should-Retry: false
+	//
+	// Service Unavailable: please retry later.
 }
 
 // With WithBodyErrors a call counts when its body ends, so a dependency
