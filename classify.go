@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // An Outcome is what one call tells a breaker about its dependency.
@@ -65,10 +66,12 @@ type Classifier func(req *http.Request, resp *http.Response, err error) Outcome
 //     (whatever its cause) before any deadline passed, or its deprecated
 //     Cancel channel was closed; a malformed request (no URL, no host, a
 //     scheme other than http and https, a port out of range, an invalid
-//     method, header or trailer name, a nil Header, a nil Body with a
-//     ContentLength other than 0); 501 Not Implemented and 505 HTTP
-//     Version Not Supported, which describe our request, not the
-//     dependency's health.
+//     method, an invalid header or trailer name or value, a control
+//     character in the URL's query or opaque part, a Host header net/http
+//     would not write, a nil Header, a nil Body with a ContentLength other
+//     than 0: what http.Transport refuses to send); 501 Not Implemented
+//     and 505 HTTP Version Not Supported, which describe our request, not
+//     the dependency's health.
 //   - Success: everything else, 1xx–4xx included.
 //
 // Cancellation is read from req.Context(), never from the error text: a
@@ -178,15 +181,21 @@ func validRequest(req *http.Request) bool {
 	if req.Body == nil && req.ContentLength != 0 || req.Header == nil {
 		return false
 	}
-	for k := range req.Trailer {
-		if !isToken(k) {
-			return false
-		}
-	}
-	if !validPort(req.URL.Port()) {
+	if !validPort(req.URL.Port()) || !validFields(req.Header) || !validFields(req.Trailer) {
 		return false
 	}
-	for k, vs := range req.Header {
+	host := req.Host
+	if host == "" {
+		host = req.URL.Host
+	}
+	return validHost(host) && !containsCTL(req.URL.RequestURI())
+}
+
+// validFields reports whether every name of h is a token and every value
+// a valid field value, as http.Transport checks headers and trailers
+// before it sends anything.
+func validFields(h http.Header) bool {
+	for k, vs := range h {
 		if !isToken(k) {
 			return false
 		}
@@ -197,6 +206,34 @@ func validRequest(req *http.Request) bool {
 		}
 	}
 	return true
+}
+
+// validHost reports whether host, the request's Host header, holds only
+// the bytes net/http writes in one (httpguts.ValidHostHeader); through a
+// proxy it refuses the request otherwise. Bytes that are not ASCII pass:
+// net/http converts such a host to punycode first, which this does not
+// repeat.
+func validHost(host string) bool {
+	for i := 0; i < len(host); i++ {
+		c := host[i]
+		switch {
+		case c >= utf8.RuneSelf, c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9':
+		case !strings.ContainsRune("!$%&'()*+,-.:;=[]_~", rune(c)):
+			return false
+		}
+	}
+	return true
+}
+
+// containsCTL reports whether s holds a control character, which
+// net/http refuses to write in a request's URL.
+func containsCTL(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < ' ' || s[i] == 0x7f {
+			return true
+		}
+	}
+	return false
 }
 
 // isToken reports whether s is an RFC 9110 token.

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -109,9 +110,21 @@ func TestDefaultClassifierMalformedRequests(t *testing.T) {
 		"nil body with unknown length": mk(func(r *http.Request) { r.ContentLength = -1 }),
 		"nil Header":                   mk(func(r *http.Request) { r.Header = nil }),
 		"bad trailer name":             mk(func(r *http.Request) { r.Trailer = http.Header{"Bad Name": {"x"}} }),
+		"bad trailer value":            mk(func(r *http.Request) { r.Trailer = http.Header{"X-T": {"a\r\nInjected: 1"}} }),
+		"control character in query":   mk(func(r *http.Request) { r.URL.RawQuery = "q=a\x01b" }),
+		"bad Host header":              mk(func(r *http.Request) { r.Host = "api.test/x y" }),
 		"upper-case scheme":            mk(func(r *http.Request) { r.URL.Scheme = "HTTP" }),
 	} {
 		require.Equal(t, OutcomeIgnored, DefaultClassifier(r, nil, boom), name)
+	}
+	for name, r := range map[string]*http.Request{
+		"punycode host":             mk(func(r *http.Request) { r.Host = "bücher.example" }), // net/http converts it
+		"IPv6 host":                 mk(func(r *http.Request) { r.Host = "[fe80::1%25eth0]:8080" }),
+		"tab in header":             mk(func(r *http.Request) { r.Header.Set("X", "a\tb") }),
+		"escaped query":             mk(func(r *http.Request) { r.URL.RawQuery = "q=a%01b" }),
+		"control character in path": mk(func(r *http.Request) { r.URL.Path = "/a\x7fb" }), // net/http escapes it
+	} {
+		require.Equal(t, OutcomeFailure, DefaultClassifier(r, nil, boom), name)
 	}
 }
 
@@ -150,35 +163,52 @@ func TestZeroPaddedPortIsAPort(t *testing.T) {
 }
 
 // TestMalformedRequestsAsHTTPTransportRefusesThem: each request that
-// http.Transport refuses before it dials is one DefaultClassifier
-// ignores, so that our own bad requests never trip a breaker. An
-// upper-case scheme, which http.Transport does not take, touches no
-// breaker at all.
+// http.Transport refuses before it sends a byte — before it dials, or as
+// it writes the request line (a control character in the URL, an invalid
+// Host header through a proxy) — is one DefaultClassifier ignores, so
+// that our own bad requests never trip a breaker, however often they are
+// sent. An upper-case scheme, which http.Transport does not take, touches
+// no breaker at all.
 func TestMalformedRequestsAsHTTPTransportRefusesThem(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	var served atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served.Add(1) }))
 	defer srv.Close()
-	next := &http.Transport{}
-	defer next.CloseIdleConnections()
-	for name, f := range map[string]func(*http.Request){
-		"bad trailer name":             func(r *http.Request) { r.Trailer = http.Header{"Bad Name": {"x"}} },
-		"nil Header":                   func(r *http.Request) { r.Header = nil },
-		"nil body with unknown length": func(r *http.Request) { r.ContentLength = -1 },
-		"upper-case scheme":            func(r *http.Request) { r.URL.Scheme = "HTTP" },
+	direct := &http.Transport{}
+	defer direct.CloseIdleConnections()
+	proxy, err := url.Parse(srv.URL)
+	require.NoError(t, err)
+	proxied := &http.Transport{Proxy: http.ProxyURL(proxy)} // the server is the proxy: it must see nothing either
+	defer proxied.CloseIdleConnections()
+	for name, tc := range map[string]struct {
+		next http.RoundTripper
+		mod  func(*http.Request)
+	}{
+		"bad trailer name":             {direct, func(r *http.Request) { r.Trailer = http.Header{"Bad Name": {"x"}} }},
+		"bad trailer value":            {direct, func(r *http.Request) { r.Trailer = http.Header{"X-T": {"a\r\nInjected: 1"}} }},
+		"control character in query":   {direct, func(r *http.Request) { r.URL.RawQuery = "q=a\x01b" }},
+		"bad Host through a proxy":     {proxied, func(r *http.Request) { r.Host = "api.test/x y" }},
+		"nil Header":                   {direct, func(r *http.Request) { r.Header = nil }},
+		"nil body with unknown length": {direct, func(r *http.Request) { r.ContentLength = -1 }},
+		"upper-case scheme":            {direct, func(r *http.Request) { r.URL.Scheme = "HTTP" }},
 	} {
 		t.Run(name, func(t *testing.T) {
-			tr := New(next, WithMinRequests(1))
-			r, err := http.NewRequest(http.MethodGet, srv.URL, nil)
-			require.NoError(t, err)
-			f(r)
-			resp, err := tr.RoundTrip(r)
-			require.Nil(t, resp)
-			require.Error(t, err, "http.Transport refuses it")
+			tr := New(tc.next, WithMinRequests(1))
+			for range 3 {
+				r, err := http.NewRequest(http.MethodGet, srv.URL, nil)
+				require.NoError(t, err)
+				tc.mod(r)
+				resp, err := tr.RoundTrip(r)
+				require.False(t, IsRejected(resp), "refused as if the dependency were down")
+				require.Nil(t, resp)
+				require.Error(t, err, "http.Transport refuses it")
+			}
 			for _, s := range tr.Snapshot() {
 				require.Zero(t, s.Requests, "%s counts nothing", s.Key)
 			}
 			require.Equal(t, StateClosed, tr.State(srv.Listener.Addr().String()))
 		})
 	}
+	require.Zero(t, served.Load(), "no malformed request reached the server")
 }
 
 func TestDefaultClassifierStatuses(t *testing.T) {
