@@ -88,5 +88,5 @@ func (w *watchedBody) count(err error) {
 		o = OutcomeSuccess
 		return
 	}
-	o = w.p.judge(w.req, w.p.classify(w.req, nil, err), err, w.tk.start, now, w.short, t.epoch)
+	o = w.p.judge(w.req, w.p.classify(w.req, nil, err), err, nil, w.tk.start, now, w.short, t.epoch)
 }

@@ -423,3 +423,41 @@ func TestObserverRetryAfterIsThe503s(t *testing.T) {
 		require.Equal(t, time.Hour, calls[0].RetryAfter)
 	})
 }
+
+// TestObserverToldOfAShadowPassWhoseUploadFailedAsIgnored: a call a
+// shadow breaker would have refused, whose caller's own request body
+// fails to read, is told with its real outcome. The design says an error
+// reading the request's own body is ignored ("the caller's upload
+// failed, not the dependency"), and so an enforcing breaker counts an
+// admitted call of the kind: the shadow pass must say the same.
+func TestObserverToldOfAShadowPassWhoseUploadFailedAsIgnored(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		next := rtFunc(func(r *http.Request) (*http.Response, error) {
+			defer r.Body.Close()
+			_, err := io.Copy(io.Discard, r.Body)
+			if err != nil {
+				return nil, err // as net/http does: the upload failed
+			}
+			return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
+		})
+		tr := New(next, WithMinRequests(1), WithJitter(0), WithObserver(rec))
+		post := func() error {
+			req, err := http.NewRequest(http.MethodPost, testURL, &failingUpload{n: 1})
+			require.NoError(t, err)
+			_, err = tr.RoundTrip(req)
+			return err
+		}
+		require.Error(t, post())
+		require.Equal(t, OutcomeIgnored, rec.allCalls()[0].Outcome, "admitted: the caller's upload, ignored")
+
+		rec = &recorder{}
+		tr = New(next, WithMinRequests(1), WithJitter(0), WithMode(ModeShadow), WithObserver(rec))
+		tr.Trip(testKey, time.Hour) // the shadow breaker would refuse every call
+		require.Error(t, post())
+		calls := rec.allCalls()
+		require.Len(t, calls, 1)
+		require.True(t, calls[0].Shadow)
+		require.Equal(t, OutcomeIgnored, calls[0].Outcome, "a shadow pass: the caller's upload, ignored too")
+	})
+}

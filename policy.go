@@ -48,11 +48,16 @@ func (p *policy) classify(req *http.Request, resp *http.Response, err error) Out
 
 // judge is what a call admitted at clock time start, classified as o,
 // says about the dependency when it ended with err at clock time end:
-// o, except that a failure because a deadline passed which left less
-// than minBudget at admission (short) is ignored (see
-// Transport.RoundTrip), and a success slower than the slow-call
-// threshold is a failure.
-func (p *policy) judge(req *http.Request, o Outcome, err error, start, end int64, short bool, epoch time.Time) Outcome {
+// o, except that a call that failed while its upload up failed to read
+// is ignored (the caller's own body: see watchUpload), a failure because
+// a deadline passed which left less than minBudget at admission (short)
+// is ignored (see Transport.RoundTrip), and a success slower than the
+// slow-call threshold is a failure. An enforcing breaker counts what it
+// says; a shadow breaker's pass tells its observers.
+func (p *policy) judge(req *http.Request, o Outcome, err error, up *upload, start, end int64, short bool, epoch time.Time) Outcome {
+	if err != nil && up.failed() {
+		return OutcomeIgnored
+	}
 	if o == OutcomeFailure && short || o == OutcomeSuccess && p.slowCall > 0 {
 		return p.rejudge(req, o, err, start, end, epoch)
 	}

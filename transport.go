@@ -233,7 +233,7 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	if reason != admitted { // a shadow breaker's pass: observed, never counted
 		if len(t.observers) > 0 {
 			end := t.now()
-			o := p.judge(req, p.classify(req, resp, err), err, now, end, short, t.epoch)
+			o := p.judge(req, p.classify(req, resp, err), err, upload, now, end, short, t.epoch)
 			if o == OutcomeSuccess && p.bodyErrors && watchable(resp) {
 				resp.Body = t.watchBody(req, c, p, ticket{start: now}, reason, short, queued, resp.Body) // observed at the body's end
 			} else {
@@ -249,10 +249,7 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	if o != OutcomeSuccess || p.slowCall > 0 || tk.probe != 0 || len(t.observers) > 0 {
 		end = t.now() // a probe's end decides whether it outlived the probe bound
 	}
-	o = p.judge(req, o, err, now, end, short, t.epoch)
-	if err != nil && upload.failed() {
-		o = OutcomeIgnored // the caller's own body failed to read: not the dependency's fault
-	}
+	o = p.judge(req, o, err, upload, now, end, short, t.epoch)
 
 	g.b = nil
 	if o == OutcomeSuccess && p.bodyErrors && watchable(resp) {
