@@ -203,6 +203,7 @@ type breaker struct {
 	since       int64                     // clock time the current state began; guarded by mu
 	genSince    int64                     // clock time the current generation began (a Trip of an open breaker, a Reset of a closed one start one); guarded by mu
 	cycles      int                       // consecutive failed probe cycles; guarded by mu
+	jitterDraw  uint64                    // the random draw of the next open period's jitter (see openDuration); guarded by mu
 	probes      []probe                   // probes in flight; guarded by mu
 	probeSeq    uint64                    // the last probe id given; guarded by mu
 	successes   int64                     // consecutive probe successes; guarded by mu
@@ -228,6 +229,7 @@ func (b *breaker) init(key string, s *settings, epoch time.Time, now int64, f fl
 	b.key, b.fleet, b.epoch, b.since, b.genSince, b.created = key, f, epoch, now, now, now
 	b.cfg.Store(s)
 	b.win.init(int64(s.window))
+	b.jitterDraw = rand.Uint64()
 }
 
 // configure makes s the breaker's settings from now on (see
@@ -456,7 +458,7 @@ func (b *breaker) maybeTrip(w uint64, now int64, s *settings, o Outcome) *transi
 	if b.word.Load() != w || b.evicted.Load() {
 		return nil // decided already, or evicted: the outcome counts for the key's next breaker (see Transport.settle)
 	}
-	return b.queueLocked(b.openLocked(now, b.openDuration(now, s), reason, countsOf(c)))
+	return b.queueLocked(b.openLocked(now, b.openDuration(now, s, b.cycles), reason, countsOf(c)))
 }
 
 // throttleSustained reports whether 429s have made up the failure rate of
@@ -572,6 +574,7 @@ func (b *breaker) setLocked(to State, at int64, reason Reason, c Counts) *transi
 // decided on window counts c; a d the clock cannot reach opens it until
 // the clock's end. Requires mu held.
 func (b *breaker) openLocked(at int64, d time.Duration, reason Reason, c Counts) *transition {
+	b.jitterDraw = rand.Uint64() // for the next open period
 	until := later(at, d)
 	b.retryAt.Store(until)
 	tr := b.setLocked(StateOpen, at, reason, c)
@@ -605,24 +608,28 @@ func (b *breaker) openTotalLocked(now int64) int64 {
 // c. Requires mu held.
 func (b *breaker) reopenLocked(at int64, s *settings, reason Reason, c Counts) *transition {
 	b.cycles++
-	return b.openLocked(at, b.openDuration(at, s), reason, c)
+	return b.openLocked(at, b.openDuration(at, s, b.cycles), reason, c)
 }
 
-// openDuration is the base open timeout doubled per consecutive failed
-// probe cycle, raised to the longest upstream Retry-After of the
-// responses in the window at clock time now, capped at the maximum, then
-// jittered upward.
+// openDuration is the open period that begins at clock time now after
+// cycles consecutive failed probe cycles: the base open timeout doubled
+// per cycle, raised to the longest upstream Retry-After of the responses
+// in the window at now, capped at the maximum, then jittered upward by
+// the draw made when the last open period began, so that a scrape can
+// tell, without moving the breaker, when an open period it has not yet
+// begun would end (see displayLocked).
 // It saturates: a maximum of time.Duration(math.MaxInt64) still backs off.
-func (b *breaker) openDuration(now int64, s *settings) time.Duration {
+// Requires mu held.
+func (b *breaker) openDuration(now int64, s *settings, cycles int) time.Duration {
 	d := s.openTimeout
-	for i := 0; i < b.cycles && d < s.maxOpenTimeout; i++ {
+	for i := 0; i < cycles && d < s.maxOpenTimeout; i++ {
 		d = doubled(d)
 	}
 	d = max(d, time.Duration(b.win.longestHint(now)))
 	d = min(d, s.maxOpenTimeout)
 	if s.jitter > 0 {
 		if span := scaled(d, s.jitter); span > 0 {
-			j := time.Duration(rand.Int64N(int64(min(span, math.MaxInt64-1)) + 1))
+			j := time.Duration(b.jitterDraw % (uint64(min(span, math.MaxInt64-1)) + 1))
 			d = time.Duration(later(int64(d), j))
 		}
 	}
@@ -657,19 +664,26 @@ func (b *breaker) current(now int64) (State, *transition) {
 	return s, tr
 }
 
-// displayLocked is the state to show, when it began and why: an open
-// breaker whose open period has ended shows as half-open since that end,
-// due to probe, even while it waits for the fleet's probe lease. Requires
-// mu held.
+// displayLocked is the state to show, when it began and why, as time
+// alone has moved the breaker by clock time now, without moving it (see
+// advanceLocked): an open breaker whose open period has ended shows as
+// half-open since that end, due to probe, even while it waits for the
+// fleet's probe lease; a half-open one whose probe has outlived the
+// probe bound shows as reopened then, and once that open period has
+// ended too, as half-open again. Requires mu held.
 func (b *breaker) displayLocked(now int64) (State, int64, Reason) {
-	switch s := stateOf(b.word.Load()); s {
+	switch stateOf(b.word.Load()) {
 	case StateOpen:
 		if at := b.retryAt.Load(); now >= at {
 			return StateHalfOpen, at, ReasonOpenElapsed
 		}
 	case StateHalfOpen:
-		if at, ok := b.probeBoundLocked(b.cfg.Load()); ok && now >= at {
-			return StateOpen, at, ReasonProbeTimeout // reopened then (a scrape does not move it)
+		s := b.cfg.Load()
+		if at, ok := b.probeBoundLocked(s); ok && now >= at {
+			if end := later(at, b.openDuration(at, s, b.cycles+1)); now >= end { // as reopenLocked will make it
+				return StateHalfOpen, end, ReasonOpenElapsed
+			}
+			return StateOpen, at, ReasonProbeTimeout
 		}
 	}
 	return stateOf(b.word.Load()), b.since, b.reason

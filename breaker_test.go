@@ -266,6 +266,42 @@ func TestBreakerJitterStaysInBounds(t *testing.T) {
 	require.Greater(t, len(seen), 100, "open periods are spread out")
 }
 
+// TestBreakerShowsTheReopenAProbeTimeoutWillMake: a half-open breaker
+// whose probe outlives the bound shows, without being moved, as reopened
+// at the bound and then as half-open again from the end of that open
+// period, jitter included: exactly as moving it then makes it.
+func TestBreakerShowsTheReopenAProbeTimeoutWillMake(t *testing.T) {
+	for _, jitter := range []float64{0, 0.5, 1} {
+		s := mset(func(s *settings) { s.jitter, s.openTimeout, s.maxOpenTimeout = jitter, sec, 2*sec })
+		for range 20 {
+			b := newBreaker("k", &s, time.Now(), 0, nil)
+			b.trip(0, sec, false, 0)
+			tk, reason, _ := b.admit(int64(sec), &s)
+			require.Equal(t, admitted, reason)
+			require.NotZero(t, tk.probe, "a probe, which never ends")
+			var shown stats
+			bound := int64(3 * sec)
+			now := int64(sec)
+			for ; now <= int64(10*sec); now += int64(ms) {
+				if shown, _ = b.stats(now, false); now >= bound && shown.state == StateHalfOpen {
+					break
+				}
+				if now >= bound {
+					require.Equal(t, [2]any{StateOpen, bound}, [2]any{shown.state, shown.since}, "reopened at the bound, at %v", time.Duration(now))
+				}
+			}
+			end := shown.since // half-open from the end of the reopen, shown from the first scrape after it
+			require.True(t, end > now-int64(ms) && end <= now, "half-open since %v, shown at %v", time.Duration(end), time.Duration(now))
+			require.GreaterOrEqual(t, end, bound+int64(2*sec), "the reopen: 2s")
+			require.LessOrEqual(t, end, bound+int64(2*sec)+int64(jitter*float64(2*sec)), "jittered by at most %v", jitter)
+			moved, tr := b.stats(now, true)
+			require.Equal(t, [2]any{StateHalfOpen, end}, [2]any{moved.state, moved.since}, "moving it makes what it showed")
+			require.NotNil(t, tr)
+			require.Equal(t, [3]any{StateHalfOpen, StateOpen, ReasonProbeTimeout}, [3]any{tr.From, tr.To, tr.Reason})
+		}
+	}
+}
+
 func TestBreakerHalfOpenBoundsProbes(t *testing.T) {
 	s := mset(func(s *settings) { s.minRequests, s.halfOpenProbes = 1, 2 })
 	_, log := runMachine(t, s, nil, []mrow{

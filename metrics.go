@@ -90,9 +90,10 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// Collect implements prometheus.Collector. It changes nothing: an open
-// breaker whose open period has ended shows as half-open, due to probe,
-// and no user hook ever runs in a scrape.
+// Collect implements prometheus.Collector. It changes nothing: a breaker
+// shows as time alone has moved it (see breaker.displayLocked), an open
+// breaker whose open period has ended as half-open, due to probe, and no
+// user hook ever runs in a scrape.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	now := c.t.now()
 	c.t.breakers.eachKey(c.t.maxBreakers, func(k *circuit) bool { // a second series would fail the scrape

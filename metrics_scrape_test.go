@@ -326,25 +326,48 @@ func TestScrapeNeverShowsMoreThanTheCap(t *testing.T) {
 	require.Positive(t, most)
 }
 
+// hungProbe returns a Transport whose breaker for testKey, tripped for
+// 1s with a 2s probe bound (and so a 2s reopen, without jitter), sent its
+// probe at clock 1s to a dependency that never answers it: the bound
+// passes at 3s. It scrapes into reg.
+func hungProbe(t *testing.T) (*Transport, *prometheus.Registry) {
+	d := newDep(200)
+	d.hangUntilDone()
+	reg := prometheus.NewPedanticRegistry()
+	tr := New(d, WithMetrics(reg), WithOpenTimeout(time.Second), WithMaxOpenTimeout(2*time.Second), WithJitter(0))
+	tr.Trip(testKey, time.Second)
+	time.Sleep(time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { _, _ = getCtx(t, ctx, tr, testURL) }() // the probe hangs
+	synctest.Wait()
+	return tr, reg
+}
+
 // TestScrapeShowsOpenOnceAProbeOutlivesTheBound: once a probe outlives
 // the bound, a scrape shows the breaker open, as State does at the same
 // instant, not a stale half-open.
 func TestScrapeShowsOpenOnceAProbeOutlivesTheBound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		d := newDep(200)
-		d.hangUntilDone()
-		reg := prometheus.NewPedanticRegistry()
-		tr := New(d, WithMetrics(reg), WithOpenTimeout(time.Second), WithMaxOpenTimeout(2*time.Second), WithJitter(0))
-		tr.Trip(testKey, time.Second)
-		time.Sleep(time.Second)
-		ctx, cancel := context.WithCancel(context.Background())
-		go func() { _, _ = getCtx(t, ctx, tr, testURL) }() // the probe hangs
-		synctest.Wait()
-		time.Sleep(3 * time.Second) // past the bound (2s); reopened for 2s, so still open
+		tr, reg := hungProbe(t)
+		time.Sleep(3 * time.Second) // past the bound (3s); reopened for 2s, so still open
 		scraped := gaugeValue(t, reg, "breaker_state", `state="half-open"`)
 		require.Equal(t, StateOpen, tr.State(testKey))
-		cancel()
-		synctest.Wait()
 		require.Zero(t, scraped, "the scrape said half-open at the instant State said open")
+	})
+}
+
+// TestScrapeShowsHalfOpenOnceTheReopenAfterAProbeTimeoutHasPassed: a
+// probe that outlived its bound reopened the breaker, and that open
+// period has ended too, with nothing since to move the breaker: a
+// request now goes as a probe, and State says half-open. The scrape says
+// so as well (due for half-open, not a stale open).
+func TestScrapeShowsHalfOpenOnceTheReopenAfterAProbeTimeoutHasPassed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr, reg := hungProbe(t)
+		time.Sleep(5 * time.Second) // bound passed at 3s, reopened for 2s until 5s; now 6s
+		scraped := gaugeValue(t, reg, "breaker_state", `state="half-open"`)
+		require.Equal(t, StateHalfOpen, tr.State(testKey))
+		require.Equal(t, 1.0, scraped, "State says half-open; the scrape still said open")
 	})
 }
