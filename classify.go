@@ -188,7 +188,7 @@ func validRequest(req *http.Request) bool {
 	if host == "" {
 		host = req.URL.Host
 	}
-	return validHost(host) && !containsCTL(req.URL.RequestURI())
+	return validHost(host) && every(req.URL.RequestURI(), func(c byte) bool { return !isCTL(c) })
 }
 
 // validFields reports whether every name of h is a token and every value
@@ -214,56 +214,38 @@ func validFields(h http.Header) bool {
 // net/http converts such a host to punycode first, which this does not
 // repeat.
 func validHost(host string) bool {
-	for i := 0; i < len(host); i++ {
-		c := host[i]
-		switch {
-		case c >= utf8.RuneSelf, c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9':
-		case !strings.ContainsRune("!$%&'()*+,-.:;=[]_~", rune(c)):
-			return false
-		}
-	}
-	return true
-}
-
-// containsCTL reports whether s holds a control character, which
-// net/http refuses to write in a request's URL.
-func containsCTL(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < ' ' || s[i] == 0x7f {
-			return true
-		}
-	}
-	return false
+	return every(host, func(c byte) bool { return c >= utf8.RuneSelf || alnumOr(c, "!$%&'()*+,-.:;=[]_~") })
 }
 
 // isToken reports whether s is an RFC 9110 token.
 func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
-			continue
-		}
-		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
-			return false
-		}
-	}
-	return true
+	return s != "" && every(s, func(c byte) bool { return alnumOr(c, "!#$%&'*+-.^_`|~") })
 }
 
 // validHeaderValue reports whether v has no control characters other than
 // horizontal tab.
 func validHeaderValue(v string) bool {
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if c < ' ' && c != '\t' || c == 0x7f {
+	return every(v, func(c byte) bool { return c == '\t' || !isCTL(c) })
+}
+
+// every reports whether ok holds for each byte of s.
+func every(s string, ok func(c byte) bool) bool {
+	for i := 0; i < len(s); i++ {
+		if !ok(s[i]) {
 			return false
 		}
 	}
 	return true
 }
+
+// alnumOr reports whether c is an ASCII letter or digit, or one of extra.
+func alnumOr(c byte, extra string) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte(extra, c) >= 0
+}
+
+// isCTL reports whether c is a control character: net/http writes none
+// in a request's URL, and none but tab in a header value.
+func isCTL(c byte) bool { return c < ' ' || c == 0x7f }
 
 // validPort reports whether p is empty or a port number in [0, 65535],
 // leading zeros allowed, as net/http dials it (and as HostKey reads it).
