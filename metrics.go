@@ -96,10 +96,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 // user hook ever runs in a scrape.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	now := c.t.now()
-	c.t.breakers.eachKey(c.t.maxBreakers, func(k *circuit) bool { // a second series would fail the scrape
-		if k.pol.Load().mode == ModeOff {
-			return true // no breaker
-		}
+	c.t.eachBreaker(func(k *circuit) bool { // each key once: a second series would fail the scrape
 		st, _ := k.b.stats(now, false)
 		c.emit(ch, k, &st)
 		return true

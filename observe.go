@@ -152,9 +152,27 @@ type Observer interface {
 	Call(ctx context.Context, c Call)
 }
 
+// An Attacher is an Observer that reads its Transport's breakers itself,
+// when it is asked rather than when they change: a metrics exporter whose
+// state gauge is read at each collection, as otelbreaker's is. New calls
+// Attach once with the Transport it made, before it returns and before
+// the observer is told of any call or transition; an observer given to
+// several Transports is attached to each. Transitions alone cannot keep
+// such a gauge right: a breaker dropped by WithMaxBreakers' eviction or
+// by an Update to ModeOff goes with no transition, and an open period
+// ends with none until a call finds it over. Read the breakers with
+// Transport.States, which moves none of them. An Attacher that outlives
+// its Transport (a MeterProvider keeps its callbacks) should hold it
+// weakly (package weak), so that a Transport its user dropped is freed.
+type Attacher interface {
+	Observer
+	Attach(t *Transport)
+}
+
 // WithObserver adds o to the Transport's observers (see Observer). Several
-// may be given; each is told everything. A nil o panics. Without an
-// observer, the request path pays nothing for them.
+// may be given; each is told everything. An o that is an Attacher is
+// attached to the Transport. A nil o panics. Without an observer, the
+// request path pays nothing for them.
 func WithObserver(o Observer) Option {
 	return structural("WithObserver", func(c *config) {
 		if o == nil {

@@ -461,3 +461,25 @@ func TestObserverToldOfAShadowPassWhoseUploadFailedAsIgnored(t *testing.T) {
 		require.Equal(t, OutcomeIgnored, calls[0].Outcome, "a shadow pass: the caller's upload, ignored too")
 	})
 }
+
+// attacher is a recorder that keeps the Transports it is attached to.
+type attacher struct {
+	recorder
+	attached []*Transport
+}
+
+func (a *attacher) Attach(t *Transport) { a.attached = append(a.attached, t) }
+
+// New attaches an Attacher to the Transport it makes, once, before it
+// returns; an observer given to two Transports is attached to each, and
+// a plain Observer is not asked for more.
+func TestNewAttachesAnAttacherToItsTransport(t *testing.T) {
+	a := new(attacher)
+	var o Observer = a
+	_, isAttacher := o.(Attacher)
+	require.True(t, isAttacher)
+	one := New(newDep(200), WithObserver(a), WithObserver(nopObserver{}))
+	require.Equal(t, []*Transport{one}, a.attached)
+	two := New(newDep(200), WithObserver(a))
+	require.Equal(t, []*Transport{one, two}, a.attached)
+}

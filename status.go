@@ -2,6 +2,7 @@ package httpbreaker
 
 import (
 	"encoding/json"
+	"iter"
 	"net/http"
 	"slices"
 	"strings"
@@ -75,10 +76,7 @@ func (t *Transport) Snapshot() []Status {
 	now := t.now()
 	var out []Status
 	var trs []*transition
-	t.breakers.eachKey(t.maxBreakers, func(c *circuit) bool {
-		if c.pol.Load().mode == ModeOff {
-			return true // no breaker
-		}
+	t.eachBreaker(func(c *circuit) bool {
 		st, tr := c.b.stats(now, true)
 		out = append(out, t.status(c, &st))
 		if tr != nil {
@@ -91,6 +89,31 @@ func (t *Transport) Snapshot() []Status {
 	}
 	slices.SortFunc(out, func(a, b Status) int { return strings.Compare(a.Key, b.Key) })
 	return out
+}
+
+// States yields the key and state of every live breaker, as the
+// Prometheus collector reads them (see WithMetrics): in no particular
+// order, each key once, the breakers of keys in ModeOff left out. It
+// yields what State would report for each key, but only reads: an open
+// breaker whose open period has ended yields StateHalfOpen and stays
+// open until a call or State finds it so, and no hook or observer runs.
+// It is for exporters that read state when they are asked, at a metrics
+// collection (see Attacher), and takes each breaker's lock in turn, not
+// for the request path.
+func (t *Transport) States() iter.Seq2[string, State] {
+	return func(yield func(string, State) bool) {
+		now := t.now()
+		t.eachBreaker(func(c *circuit) bool { return yield(c.key(), c.b.displayed(now)) })
+	}
+}
+
+// eachBreaker calls f for each live breaker, each key once, until f
+// returns false: what Snapshot, States and the metrics show. A key in
+// ModeOff has a circuit (which says so) but no breaker to show.
+func (t *Transport) eachBreaker(f func(*circuit) bool) {
+	t.breakers.eachKey(t.maxBreakers, func(c *circuit) bool {
+		return c.pol.Load().mode == ModeOff || f(c)
+	})
 }
 
 // status is the Status of circuit c whose breaker's stats are st.
@@ -191,6 +214,15 @@ type stats struct {
 	transitions [numTransitionKinds]int64
 	open        time.Duration // time spent open, never decreasing
 	probes      [numProbeResults]int64
+}
+
+// displayed is the state b shows at clock time now, without moving it
+// (see displayLocked).
+func (b *breaker) displayed(now int64) State {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s, _, _ := b.displayLocked(now)
+	return s
 }
 
 // stats returns b's stats as of clock time now, applying any transition

@@ -122,3 +122,45 @@ func TestStatusHandlerShowsEveryTunable(t *testing.T) {
 	require.True(t, s.BodyErrors)
 	require.True(t, s.RejectAsError)
 }
+
+// States yields every live breaker's state as a scrape reads it — an
+// open breaker whose open period has ended as half-open — and moves
+// none: no hook runs, and the breaker is still open until State finds it
+// over. A key switched to ModeOff has no breaker to yield.
+func TestStatesReadsWithoutMovingAnyBreaker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(200)
+		var log transitionLog
+		tr := New(d, WithMinRequests(1), WithJitter(0), WithOpenTimeout(time.Second), WithOnTransition(log.record))
+		_, _ = get(t, tr, "http://closed.test/")
+		_, _ = get(t, tr, "http://off.test/")
+		d.set(500, nil)
+		_, _ = get(t, tr, "http://open.test/")
+		states := func() map[string]State {
+			got := map[string]State{}
+			for k, s := range tr.States() {
+				_, dup := got[k]
+				require.False(t, dup, "key %q yielded twice", k)
+				got[k] = s
+			}
+			return got
+		}
+		require.Equal(t, map[string]State{"closed.test": StateClosed, "off.test": StateClosed, "open.test": StateOpen}, states())
+
+		require.NoError(t, tr.Update(WithMinRequests(1), WithJitter(0), WithOpenTimeout(time.Second),
+			WithPolicy("off.test", WithMode(ModeOff))))
+		time.Sleep(time.Second) // the open period ends
+		require.Equal(t, map[string]State{"closed.test": StateClosed, "open.test": StateHalfOpen}, states())
+		require.Equal(t, []string{"open.test: closed→open"}, log.list(), "States moved no breaker and ran no hook")
+
+		require.Equal(t, StateHalfOpen, tr.State("open.test"))
+		require.Equal(t, []string{"open.test: closed→open", "open.test: open→half-open"}, log.list(), "State moves it")
+
+		for range tr.States() {
+			break // a caller may stop early
+		}
+		for range new(Transport).States() {
+			t.Fatal("a Transport not made by New has no breakers")
+		}
+	})
+}

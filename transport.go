@@ -95,6 +95,11 @@ func New(next http.RoundTripper, opts ...Option) *Transport {
 	if cfg.registerer != nil {
 		t.registerMetrics(cfg.registerer)
 	}
+	for _, o := range t.observers {
+		if a, ok := o.(Attacher); ok {
+			a.Attach(t)
+		}
+	}
 	if s := t.store; s != nil {
 		t.member = s.Join(t.applyHint)
 		if t.member == nil {
