@@ -2,6 +2,8 @@ package otelbreaker
 
 import (
 	"context"
+	"sync"
+	"weak"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
@@ -61,9 +63,12 @@ type observer struct {
 	tracer      trace.Tracer
 
 	breakers table
+
+	mu         sync.Mutex                            // guards transports
+	transports []weak.Pointer[httpbreaker.Transport] // those observed: the gauge reads them
 }
 
-var _ httpbreaker.Observer = (*observer)(nil)
+var _ httpbreaker.Attacher = (*observer)(nil)
 
 func newObserver(settings ...Setting) *observer {
 	c := newConfig(settings)
@@ -89,11 +94,65 @@ func newObserver(settings ...Setting) *observer {
 		metric.WithDescription("1 for a breaker's current state, 0 for the others."))
 	handle(err)
 	_, err = m.RegisterCallback(func(_ context.Context, ob metric.Observer) error {
-		o.breakers.observe(ob, state)
+		o.observeStates(ob, state)
 		return nil
 	}, state)
 	handle(err)
 	return o
+}
+
+// Attach implements httpbreaker.Attacher: New gives the observer the
+// Transport whose breakers the state gauge reads. It is held weakly: the
+// MeterProvider keeps the gauge's callback, and with it the observer, for
+// its whole life, and must not keep a Transport its user dropped.
+func (o *observer) Attach(t *httpbreaker.Transport) {
+	p := weak.Make(t)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, q := range o.transports {
+		if q == p {
+			return // given twice to one Transport
+		}
+	}
+	o.transports = append(o.transports, p)
+}
+
+// live returns the observed Transports that are still in use, and
+// forgets the others.
+func (o *observer) live() []*httpbreaker.Transport {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]*httpbreaker.Transport, 0, len(o.transports))
+	kept := o.transports[:0]
+	for _, p := range o.transports {
+		if t := p.Value(); t != nil {
+			out = append(out, t)
+			kept = append(kept, p)
+		}
+	}
+	clear(o.transports[len(kept):])
+	o.transports = kept
+	return out
+}
+
+// observeStates reports the state of every live breaker of the observed
+// Transports, read now (httpbreaker.Transport.States), as the core's
+// Prometheus collector reads it at a scrape: three series per breaker,
+// 1 for its state. A breaker the core dropped (evicted, or its key
+// switched to ModeOff) has none.
+func (o *observer) observeStates(ob metric.Observer, g metric.Int64ObservableGauge) {
+	for _, t := range o.live() {
+		for key, st := range t.States() {
+			opts := o.breakers.gaugeOptions(key, st)
+			for series, opt := range opts {
+				var one int64
+				if httpbreaker.State(series) == st {
+					one = 1
+				}
+				ob.ObserveInt64(g, one, opt)
+			}
+		}
+	}
 }
 
 // handle passes an instrument's error to OpenTelemetry's error handler; the

@@ -33,7 +33,8 @@
 //     httpbreaker.transition.from, httpbreaker.transition.to,
 //     httpbreaker.transition.reason
 //   - httpbreaker.state (gauge): httpbreaker.breaker, httpbreaker.state;
-//     one series per state, 1 for the current one
+//     one series per state, 1 for the current one, read from the
+//     Transport's breakers at each collection (httpbreaker.Transport.States)
 //
 // On the span of the request's context (otelhttp's client span):
 //

@@ -3,6 +3,7 @@ package otelbreaker
 import (
 	"context"
 	"net/http"
+	"runtime"
 	"strconv"
 	"sync"
 	"testing"
@@ -38,13 +39,18 @@ func point(v int64, kv ...attribute.KeyValue) metricdata.DataPoint[int64] {
 
 // stateGauge is the expected httpbreaker.state of depKey in state cur.
 func stateGauge(cur attribute.KeyValue, extra ...attribute.KeyValue) []metricdata.DataPoint[int64] {
+	return statesOf(depKey, cur, extra...)
+}
+
+// statesOf is the expected httpbreaker.state of key in state cur.
+func statesOf(key string, cur attribute.KeyValue, extra ...attribute.KeyValue) []metricdata.DataPoint[int64] {
 	var pts []metricdata.DataPoint[int64]
 	for _, st := range []attribute.KeyValue{closedAttr, halfAttr, openAttr} {
 		var v int64
 		if st == cur {
 			v = 1
 		}
-		pts = append(pts, point(v, append([]attribute.KeyValue{breakerAttr, st}, extra...)...))
+		pts = append(pts, point(v, append([]attribute.KeyValue{keyBreaker.String(key), st}, extra...)...))
 	}
 	return pts
 }
@@ -401,10 +407,22 @@ func TestTheTableOfBreakersIsBounded(t *testing.T) {
 	}
 	require.EqualValues(t, 1, failures)
 	require.EqualValues(t, 1, refused)
-	for _, dp := range metricNamed(t, rm, stateName).Data.(metricdata.Gauge[int64]).DataPoints {
-		k, _ := dp.Attributes.Value(keyBreaker)
-		require.NotEqual(t, "new.test", k.AsString())
-	}
+}
+
+// The state gauge reports every breaker of the Transport, the ones whose
+// key the table has no room for too.
+func TestTheGaugeReportsBreakersTheTableHasNoRoomFor(t *testing.T) {
+	tel := newProviders()
+	o := newObserver(WithMeterProvider(tel.mp), WithTracerProvider(tel.tp))
+	o.breakers.limit = 1
+	bt := httpbreaker.New(newFakeNext(http.StatusOK), httpbreaker.WithObserver(o))
+	bt.Trip(depKey, time.Minute)
+	bt.Trip("other.test", time.Minute)
+	require.NotNil(t, o.breakers.get(depKey))
+	require.Nil(t, o.breakers.get("other.test"), "no room: the table is full of open breakers")
+
+	metricdatatest.AssertEqual(t, metricdata.Gauge[int64]{DataPoints: append(stateGauge(openAttr), statesOf("other.test", openAttr)...)},
+		metricNamed(t, tel.collect(t), stateName).Data.(metricdata.Gauge[int64]), ignore...)
 }
 
 // Without otelhttp, the span marked is whichever the request's context
@@ -454,8 +472,8 @@ func TestARefusalAsAnErrorIsLabelledToo(t *testing.T) {
 
 // A key the table could not remember while it was full, and that it
 // remembers later, starts in the state its call says the breaker is in,
-// not closed: the gauge never shows closed a breaker that refuses calls
-// as open.
+// not closed: the table, full again, never forgets as closed a breaker
+// that refuses calls as open.
 func TestAKeyRememberedLateStartsInTheStateItsCallSaw(t *testing.T) {
 	tel := newProviders()
 	o := newObserver(WithMeterProvider(tel.mp), WithTracerProvider(tel.tp))
@@ -473,13 +491,74 @@ func TestAKeyRememberedLateStartsInTheStateItsCallSaw(t *testing.T) {
 	o.Call(context.Background(), httpbreaker.Call{Key: depKey, State: httpbreaker.StateOpen,
 		Outcome: httpbreaker.OutcomeIgnored, Rejected: "open", RetryAfter: time.Second})
 
-	rm := tel.collect(t)
-	var got []metricdata.DataPoint[int64]
-	for _, dp := range metricNamed(t, rm, stateName).Data.(metricdata.Gauge[int64]).DataPoints {
-		if k, _ := dp.Attributes.Value(keyBreaker); k.AsString() == depKey {
-			got = append(got, dp)
+	b := o.breakers.get(depKey)
+	require.NotNil(t, b)
+	require.EqualValues(t, httpbreaker.StateOpen, b.state.Load(), "an open breaker the table must not forget as closed")
+}
+
+// The state gauge reads the breakers at each collection, as the core's
+// Prometheus collector does: a key switched to ModeOff has no breaker and
+// no series, whatever state its breaker was in, and a key switched back
+// has a closed breaker from its first call on.
+func TestTheGaugeShowsNoBreakerForAKeySwitchedOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		next := newFakeNext(http.StatusServiceUnavailable)
+		tel := newTelemetry(t, next, nil, tripping()...)
+		tel.get(t)
+		tel.get(t) // trips
+		gauge := func() metricdata.Gauge[int64] {
+			rm := tel.collect(t)
+			if !hasMetric(rm, stateName) {
+				return metricdata.Gauge[int64]{} // no series at all
+			}
+			return metricNamed(t, rm, stateName).Data.(metricdata.Gauge[int64])
 		}
+		metricdatatest.AssertEqual(t, metricdata.Gauge[int64]{DataPoints: stateGauge(openAttr)}, gauge(), ignore...)
+
+		require.NoError(t, tel.bt.Update(append(tripping(), httpbreaker.WithPolicy(depKey, httpbreaker.WithMode(httpbreaker.ModeOff)))...))
+		require.Empty(t, gauge().DataPoints, "no breaker, no series")
+		next.status.Store(http.StatusOK)
+		tel.get(t)
+		require.Empty(t, gauge().DataPoints, "a call of a key that is off makes no breaker")
+
+		require.NoError(t, tel.bt.Update(tripping()...))
+		require.Empty(t, gauge().DataPoints, "switched back: no breaker until a call")
+		tel.get(t)
+		metricdatatest.AssertEqual(t, metricdata.Gauge[int64]{DataPoints: stateGauge(closedAttr)}, gauge(), ignore...)
+	})
+}
+
+// Once the open period has ended the gauge shows the breaker half-open,
+// due to probe, before any call finds it so; reading it moves nothing.
+func TestTheGaugeShowsAnEndedOpenPeriodAsHalfOpen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tel := newTelemetry(t, newFakeNext(http.StatusServiceUnavailable), nil, tripping()...)
+		tel.get(t)
+		tel.get(t) // trips
+		time.Sleep(openFor)
+		rm := tel.collect(t)
+		metricdatatest.AssertEqual(t, metricdata.Gauge[int64]{DataPoints: stateGauge(halfAttr)},
+			metricNamed(t, rm, stateName).Data.(metricdata.Gauge[int64]), ignore...)
+		require.Len(t, metricNamed(t, rm, transitionsName).Data.(metricdata.Sum[int64]).DataPoints, 1,
+			"the collection made no transition")
+		require.Len(t, tel.spansNamed(spanTransition), 1)
+	})
+}
+
+// The observer holds its Transport weakly: a Transport its user dropped is
+// freed, though the MeterProvider keeps the gauge's callback, and the
+// gauge stops reporting it.
+func TestADroppedTransportIsFreed(t *testing.T) {
+	tel := newProviders()
+	o := newObserver(WithMeterProvider(tel.mp), WithTracerProvider(tel.tp))
+	func() {
+		bt := httpbreaker.New(newFakeNext(http.StatusOK), httpbreaker.WithObserver(o))
+		bt.Trip(depKey, time.Minute)
+		require.Len(t, o.live(), 1)
+	}()
+	for i := 0; i < 10 && len(o.live()) > 0; i++ {
+		runtime.GC() // clears the weak pointer of a Transport nothing else holds
 	}
-	metricdatatest.AssertEqual(t, metricdata.Gauge[int64]{DataPoints: stateGauge(openAttr)},
-		metricdata.Gauge[int64]{DataPoints: got}, ignore...)
+	require.Empty(t, o.live())
+	require.False(t, hasMetric(tel.collect(t), stateName), "no Transport, no state series")
 }

@@ -14,16 +14,18 @@ import (
 // breakers per Transport (WithMaxBreakers, 1000 by default) but evicts idle
 // ones, so the keys seen over a process's life are not bounded. When the
 // table is full it forgets its closed breakers (as the core evicts idle
-// closed ones first); a key it cannot remember is still counted, with
-// attributes made for each call, and the state gauge leaves it out.
+// closed ones first); a key it cannot remember is still counted, and its
+// state reported, with attributes made each time.
 const maxTracked = 10_000
 
 // nOutcomes is the number of httpbreaker.Outcome values.
 const nOutcomes = int(httpbreaker.OutcomeIgnored) + 1
 
-// table holds, per breaker key, the state its transitions put it in and
-// the attribute sets of its measurements, made once per key and outcome so
-// that recording a call allocates nothing of its own.
+// table holds, per breaker key, the attribute sets of its measurements,
+// made once per key and outcome so that recording a call allocates
+// nothing of its own, and the state its transitions put it in, which
+// tells the table what it may forget (the state gauge reads the
+// Transports' breakers instead: see observer.observeStates).
 type table struct {
 	extra []attribute.KeyValue // WithAttributes
 	limit int64                // maxTracked, or less in tests
@@ -41,7 +43,7 @@ type table struct {
 // breaker is what the table knows of one key.
 type breaker struct {
 	key   string
-	state atomic.Int32 // httpbreaker.State, as its last transition left it
+	state atomic.Int32 // httpbreaker.State, as its last transition left it: closed ones may be forgotten
 
 	admitted [nOutcomes]callAttrs    // not refused, not shadow
 	span     [3][]attribute.KeyValue // by state: breaker, state
@@ -111,7 +113,6 @@ func (t *table) newBreaker(key string) *breaker {
 	for o := range nOutcomes {
 		b.admitted[o] = *t.callAttrs(key, otherKey{outcome: httpbreaker.Outcome(o)})
 	}
-	states := [3]httpbreaker.State{httpbreaker.StateClosed, httpbreaker.StateHalfOpen, httpbreaker.StateOpen}
 	for _, st := range states {
 		b.span[st] = []attribute.KeyValue{keyBreaker.String(key), keyState.String(st.String())}
 		b.gauge[st] = metric.WithAttributeSet(t.set(b.span[st]...))
@@ -196,21 +197,19 @@ func (t *table) moved(tr httpbreaker.Transition) {
 	}
 }
 
-// observe reports every remembered breaker's state.
-func (t *table) observe(ob metric.Observer, g metric.Int64ObservableGauge) {
-	t.m.Range(func(_, v any) bool {
-		b := v.(*breaker)
-		cur := httpbreaker.State(b.state.Load())
-		if cur < 0 || cur > httpbreaker.StateOpen {
-			return true
-		}
-		for series, opt := range b.gauge {
-			var one int64
-			if httpbreaker.State(series) == cur {
-				one = 1
-			}
-			ob.ObserveInt64(g, one, opt)
-		}
-		return true
-	})
+// states are the three states, in the order of their values.
+var states = [3]httpbreaker.State{httpbreaker.StateClosed, httpbreaker.StateHalfOpen, httpbreaker.StateOpen}
+
+// gaugeOptions returns the options of the three httpbreaker.state series
+// of key, whose breaker is in state st, by state: made once if the table
+// has room for key, else made now.
+func (t *table) gaugeOptions(key string, st httpbreaker.State) [3]metric.ObserveOption {
+	if b := t.getIn(key, st); b != nil {
+		return b.gauge
+	}
+	var opts [3]metric.ObserveOption
+	for _, st := range states {
+		opts[st] = metric.WithAttributeSet(t.set(keyBreaker.String(key), keyState.String(st.String())))
+	}
+	return opts
 }
