@@ -184,3 +184,19 @@ func ExampleTransport_Snapshot() {
 	// Output:
 	// search.internal open 1m0s
 }
+
+// States reads every breaker's state without moving any: what an
+// exporter reads at a metrics collection.
+func ExampleTransport_States() {
+	tr := httpbreaker.New(nil)
+	tr.Trip("search.internal", time.Minute)
+	tr.Trip("payments.internal", time.Minute)
+	tr.Reset("payments.internal")
+	got := map[string]httpbreaker.State{}
+	for key, state := range tr.States() {
+		got[key] = state
+	}
+	fmt.Println(got)
+	// Output:
+	// map[payments.internal:closed search.internal:open]
+}
