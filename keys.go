@@ -60,8 +60,9 @@ const maxKeyLen = 512
 // its port, the default too: "http://:08080" is ":8080" and "http://:" is
 // ":80".
 // It returns "" for a request without a URL. Keys are valid UTF-8
-// (invalid bytes become U+FFFD) and at most 512 bytes long: a longer host
-// is cut at a character boundary. It does not allocate when the host is
+// (invalid bytes become U+FFFD) and at most 512 bytes long: a host still
+// longer once its port and trailing dot are read is cut at a character
+// boundary. It does not allocate when the host is
 // lower-case ASCII and needs no leading zero, trailing dot or port
 // removed.
 func HostKey(r *http.Request) string {
@@ -101,21 +102,35 @@ func canonicalHostKey(key string) string {
 	return h
 }
 
-// readHost is the one reading of a host: valid UTF-8, lower-cased, at
-// most maxKeyLen bytes, without a trailing dot, a port's leading zeros,
-// or a port that is empty or def. HostKey reads r.URL.Host with def the
+// readHost is the one reading of a host: valid UTF-8, lower-cased,
+// without a trailing dot, a port's leading zeros, or a port that is empty
+// or def, and then, if still longer than maxKeyLen bytes, cut to that
+// many at a character boundary. HostKey reads r.URL.Host with def the
 // scheme's default port; keys and the hosts of selectors are read with
-// def "". A host that loses its port is read again, so that the result
-// reads back as itself: "x.:" is "x", and "a.:1:" (no host, but a raw
-// host or key may be anything) is "a:1". It does not allocate for a
-// lower-case ASCII host that needs nothing trimmed, and otherwise only
-// to fold the host or to rejoin a host and port it changed.
+// def "". The port is read before the cut, so that the cut never leaves
+// a part of the default port ("h:443" of a 509-byte h is h), and the cut
+// is read again, so that the result reads back as itself. It does not
+// allocate for a lower-case ASCII host that needs nothing trimmed, and
+// otherwise only to fold the host or to rejoin a host and port it
+// changed.
 func readHost(h, def string) string {
-	if swar.HasUpperOrNonASCII(h) {
-		h = foldHost(h)
-	} else if len(h) > maxKeyLen {
-		h = h[:maxKeyLen]
+	if len(h) > 4*maxKeyLen {
+		h = h[:4*maxKeyLen] // bound the work: far more than any key keeps
 	}
+	if swar.HasUpperOrNonASCII(h) {
+		h = strings.ToLower(strings.ToValidUTF8(h, "\uFFFD"))
+	}
+	if h = trimHost(h, def); len(h) > maxKeyLen {
+		h = trimHost(truncateUTF8(h, maxKeyLen), "")
+	}
+	return h
+}
+
+// trimHost is h without a trailing dot, a port's leading zeros, or a
+// port that is empty or def. A host that loses its port is read again:
+// "x.:" is "x", and "a.:1:" (no host, but a raw host or key may be
+// anything) is "a:1".
+func trimHost(h, def string) string {
 	for {
 		n := len(h)
 		if n == 0 {
@@ -170,15 +185,6 @@ func splitKeyPort(h string) (host, port string) {
 		return h, ""
 	}
 	return h[:i-1], h[i:]
-}
-
-// foldHost is h valid UTF-8, lower-cased and cut to at most maxKeyLen
-// bytes, for a host with upper-case or non-ASCII bytes.
-func foldHost(h string) string {
-	if len(h) > 4*maxKeyLen {
-		h = h[:4*maxKeyLen] // bound the work; cut again below
-	}
-	return truncateUTF8(strings.ToLower(strings.ToValidUTF8(h, "\uFFFD")), maxKeyLen)
 }
 
 // truncateUTF8 cuts s to at most n bytes without splitting a character.

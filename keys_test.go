@@ -154,8 +154,8 @@ func requireHostKey(t *testing.T, k string) {
 // FuzzHostKey: for any URL url.Parse accepts (and any string as a raw
 // host), HostKey never panics and returns a valid key; the key does not
 // depend on the ASCII case of the host; for an ASCII host it is the
-// lower-cased host, cut to maxKeyLen and trimmed, and it reads back as
-// itself, as RouteKey's key does. RouteKey's keys, built on HostKey's,
+// lower-cased host trimmed, cut only if that is longer than maxKeyLen,
+// and it reads back as itself, as RouteKey's key does. RouteKey's keys, built on HostKey's,
 // obey the same bounds.
 func FuzzHostKey(f *testing.F) {
 	for _, s := range []string{
@@ -188,11 +188,10 @@ func FuzzHostKey(f *testing.F) {
 			up.Host = asciiUpperTest(host)
 			require.Equal(t, k, HostKey(&http.Request{URL: &up}), "HostKey depends on ASCII case")
 			if isASCIITest(host) {
-				want := strings.ToLower(host)
-				if len(want) > maxKeyLen {
-					want = want[:maxKeyLen]
+				// The host lower-cased and trimmed; cut only if still too long.
+				if want := trimHost(strings.ToLower(host[:min(len(host), 4*maxKeyLen)]), defaultPort(r.URL.Scheme)); len(want) <= maxKeyLen {
+					require.Equal(t, want, k) // else cut: requireHostKey bounds its length
 				}
-				require.Equal(t, readHost(want, defaultPort(r.URL.Scheme)), k)
 				if !strings.Contains(k, " ") { // no real host has one: a space starts a key's route part
 					require.Equal(t, k, canonicalHostKey(k), "Trip, State and Reset read a host key as it is")
 					rk := route(r)
@@ -241,6 +240,36 @@ func TestHostKeyNeverLongerThanMaxKeyLen(t *testing.T) {
 			requireHostKey(t, HostKey(&http.Request{URL: u}))
 		})
 	}
+}
+
+// A host that fits in maxKeyLen once its default port, trailing dot and
+// leading zeros are read is not cut: the cut never leaves part of the
+// default port as a port the request does not use ("h:44"). A host
+// still too long is cut, and reads back as itself.
+func TestHostKeyReadsThePortBeforeItCuts(t *testing.T) {
+	key := func(raw string) string {
+		t.Helper()
+		u, err := url.Parse(raw)
+		require.NoError(t, err)
+		return HostKey(&http.Request{URL: u})
+	}
+	h := strings.Repeat("b", 501) + ".example" // 509 bytes
+	require.Equal(t, h, key("https://"+h+"/"))
+	for _, raw := range []string{
+		"https://" + h + ":443/",
+		"https://" + h + ":0443/",
+		"https://" + h + ".:443/",
+		"https://" + strings.ToUpper(h) + ".:443/", // folded first
+		"http://" + h + ":00080/",
+	} {
+		require.Equal(t, h, key(raw), "%s…%s", raw[:12], raw[len(raw)-8:])
+	}
+	require.Equal(t, h+":8", key("https://"+h+":0008/"), "511 bytes: the port is kept")
+	long := key("https://" + h + ":84430/")
+	require.Len(t, long, maxKeyLen, "513 bytes, cut")
+	require.Equal(t, long, canonicalHostKey(long))
+	dot := key("https://" + strings.Repeat("c", 511) + ".d/") // cut just after the dot
+	require.Equal(t, strings.Repeat("c", 511), dot, "a cut that ends in a dot is read again")
 }
 
 // TestKeyFuncKeysReadAsEveryKeyIs: the Transport reads a KeyFunc's keys
