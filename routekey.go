@@ -29,7 +29,9 @@ import (
 // specific one wins, exactly as ServeMux decides. The host matched is
 // r.Host if set, else r.URL.Host, without its port and compared without
 // regard to ASCII case (ServeMux compares hosts exactly). As for an
-// http.Client request, an empty r.Method means GET and an empty path "/".
+// http.Client request, an empty r.Method means GET and an empty path "/",
+// and a URL with Opaque is matched by the path the client sends from it
+// ("//host/v1/users/42" by "/v1/users/42").
 //
 // Where ServeMux would answer with a redirect rather than a handler (a
 // path missing the trailing slash of a subtree pattern, or an unclean

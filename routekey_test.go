@@ -2,7 +2,9 @@ package httpbreaker
 
 import (
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
@@ -332,4 +334,35 @@ func BenchmarkRouteKey(b *testing.B) {
 			key(r)
 		}
 	})
+}
+
+// A client request may carry its path in URL.Opaque ("//host/path", the
+// way net/url gives to send a path exactly as written); the
+// dependency's ServeMux routes it by that path, and so does RouteKey,
+// through a Transport with WithRoutes too.
+func TestRouteKeyOfAnOpaqueURL(t *testing.T) {
+	const pattern = "GET /v1/users/{id}"
+	mux := http.NewServeMux()
+	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.Pattern) })
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "/") })
+	srv := httptest.NewServer(mux) // 127.0.0.1
+	defer srv.Close()
+	host := srv.Listener.Addr().String()
+	opaque := func() *http.Request {
+		r, err := http.NewRequest(http.MethodGet, srv.URL, nil)
+		require.NoError(t, err)
+		r.URL = &url.URL{Scheme: "http", Host: host, Opaque: "//" + host + "/v1/users/42"}
+		return r
+	}
+
+	tr := New(srv.Client().Transport, WithRoutes(pattern, "/"))
+	resp, err := (&http.Client{Transport: tr}).Do(opaque())
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, pattern, string(body), "the dependency's ServeMux serves it with the pattern")
+
+	r := opaque()
+	require.Equal(t, HostKey(r)+" "+pattern, RouteKey(pattern, "/")(r))
+	require.Equal(t, []string{HostKey(r) + " " + pattern}, keys(tr), "the Transport's breaker is the pattern's")
 }

@@ -381,12 +381,17 @@ func (n *node) literalEscaped(seg string) *node {
 // is compared without regard to ASCII case; an empty r.Method is GET and
 // an empty path "/"; a CONNECT request's host loses its port like any
 // other's, and a CONNECT path that does not start with "/" matches
-// nothing. It does not allocate.
+// nothing. A URL with Opaque, which a client sends as it is, is matched
+// by the path of that request line, and by nothing if its escapes are
+// invalid (no server parses it). It does not allocate.
 func (m *Matcher) Match(r *http.Request) int {
 	if r == nil || r.URL == nil {
 		return -1
 	}
 	path, decode := escapedPath(r.URL)
+	if decode && !validEscapes(path) {
+		return -1 // an Opaque path no server parses: no handler
+	}
 	method := r.Method
 	if method == "" {
 		method = http.MethodGet
@@ -539,11 +544,26 @@ func (n *node) lookup(path string, decode, slash bool) int {
 	return n.multi
 }
 
-// escapedPath returns u.EscapedPath() without allocating: either
-// u.RawPath, whose segments are then to be unescaped (decode), or u.Path,
-// whose segments are what unescaping the segments of u.EscapedPath()
-// would give back.
+// escapedPath returns the escaped path a client sends for u, without
+// allocating. For most URLs it is u.EscapedPath(): either u.RawPath,
+// whose segments are then to be unescaped (decode), or u.Path, whose
+// segments are what unescaping the segments of u.EscapedPath() would give
+// back. A URL with u.Opaque sends that instead (see url.URL.RequestURI),
+// "//host/path" as an absolute URL: its path, escaped.
 func escapedPath(u *url.URL) (path string, decode bool) {
+	if o := u.Opaque; o != "" {
+		if strings.HasPrefix(o, "//") {
+			if i := strings.IndexByte(o[2:], '/'); i >= 0 {
+				o = o[2+i:]
+			} else {
+				o = "" // "//host" alone: the path is empty
+			}
+		}
+		if i := strings.IndexByte(o, '?'); i >= 0 {
+			o = o[:i] // the server reads a query there
+		}
+		return o, true
+	}
 	if u.RawPath != "" && validEncodedPath(u.RawPath) && unescapedEqual(u.RawPath, u.Path) {
 		return u.RawPath, true
 	}

@@ -132,7 +132,9 @@ func newRouteTestMux(t testing.TB, patterns []string) *http.ServeMux {
 // is compared without regard to ASCII case; an empty method is GET; an
 // empty path is "/" (except for CONNECT, which ServeMux does not clean);
 // a CONNECT request's host loses its port like any other, and one whose
-// path does not start with "/" matches nothing.
+// path does not start with "/" matches nothing. A URL with Opaque is
+// served by the request line the client writes from it, as a server
+// parses it.
 func serveMuxRoute(mux *http.ServeMux, r *http.Request) (string, bool) {
 	if r.Method == http.MethodConnect {
 		if p := r.URL.EscapedPath(); p != "" && p[0] != '/' {
@@ -140,6 +142,17 @@ func serveMuxRoute(mux *http.ServeMux, r *http.Request) (string, bool) {
 		}
 	}
 	u := *r.URL
+	if u.Opaque != "" {
+		// The server parses the request line the client writes from it;
+		// the host matched stays r.Host or else r.URL.Host, even where
+		// the line names another.
+		sent, err := url.ParseRequestURI(u.RequestURI())
+		if err != nil {
+			return "", false // a request line no server accepts
+		}
+		sent.Host = u.Host
+		u = *sent
+	}
 	r2 := &http.Request{Method: r.Method, Host: r.Host, URL: &u}
 	if r2.Method == "" {
 		r2.Method = http.MethodGet
@@ -550,6 +563,31 @@ func TestEscapedPath(t *testing.T) {
 		require.Equal(t, segs(u.EscapedPath(), true), segs(p, decode), "path=%q rawpath=%q", u.Path, u.RawPath)
 		require.Equal(t, isCleanPath(u.EscapedPath()), isCleanPath(p))
 	}
+}
+
+// A client request whose URL has Opaque sends it, and ServeMux serves it
+// by the path the server parses from it: the Matcher reads that path.
+func TestMatchOpaqueURLs(t *testing.T) {
+	m, mux := mustNew(t, routeAPIPatterns), newRouteTestMux(t, routeAPIPatterns)
+	tricky, trickyMux := mustNew(t, routeTrickyPatterns), newRouteTestMux(t, routeTrickyPatterns)
+	for _, opaque := range []string{
+		"//h.test/v1/users/42", "/v1/users/42", "//h.test", "//h.test/",
+		"//h.test/a/%2F", "/x%2Fy/z", "/a/b/../c", "//h.test/a/./b",
+		"//h.test/files/x/y?q=1", "/p/7/", "//example.com/a/b", "a/b", "/a/%zz",
+	} {
+		for _, method := range []string{"GET", "POST", "DELETE", "HEAD"} {
+			r := &http.Request{Method: method, URL: &url.URL{Scheme: "http", Host: "h.test", Opaque: opaque}}
+			got, ok := match(m, r)
+			want, wantOK := serveMuxRoute(mux, r)
+			require.Equal(t, [2]any{want, wantOK}, [2]any{got, ok}, "%s %q", method, opaque)
+			got, ok = match(tricky, r)
+			want, wantOK = serveMuxRoute(trickyMux, r)
+			require.Equal(t, [2]any{want, wantOK}, [2]any{got, ok}, "tricky: %s %q", method, opaque)
+		}
+	}
+	r := &http.Request{Method: "GET", URL: &url.URL{Scheme: "http", Host: "h.test", Opaque: "//h.test/v1/users/42"}}
+	got, _ := match(m, r)
+	require.Equal(t, "GET /v1/users/{id}", got)
 }
 
 // FuzzMatch: for any method, host, path and raw path, the Matcher picks
