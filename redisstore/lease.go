@@ -87,14 +87,17 @@ func (s *Store) pendingFor() time.Duration { return 4 * s.opt.OpTimeout }
 //     it backs off as one breaker does, and no other member probes in its
 //     place before the period it reached is over;
 //   - LeaseUnavailable while Redis is unavailable or too slow to answer,
-//     when the lease key holds garbage, or for an invalid key or ttl: the
-//     Transport then probes on its own, as without a Store.
+//     when the lease key holds garbage, or for an invalid key or a ttl
+//     that is not positive: the Transport then probes on its own, as
+//     without a Store.
+//
+// A ttl under a millisecond, Redis's resolution, is taken as one.
 func (m *member) ProbeLease(key string, ttl time.Duration) httpbreaker.Lease {
 	s := m.s
 	if !s.healthy.Load() || key == "" || len(key) > MaxKeyLen || ttl <= 0 {
 		return httpbreaker.LeaseUnavailable
 	}
-	ttl = min(ttl, s.opt.MaxOpen)
+	ttl = max(min(ttl, s.opt.MaxOpen), time.Millisecond) // Redis counts a lease's life in whole milliseconds, at least 1
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -302,6 +302,31 @@ func TestProbeLeaseAcrossInstances(t *testing.T) {
 	}
 }
 
+// TestProbeLeaseSubMillisecondTTL: a positive ttl under a millisecond
+// (a Transport's MaxOpenTimeout may be one) takes the lease, as any
+// valid ttl does: no error, no broken lease, no LeaseUnavailable with
+// Redis up.
+func TestProbeLeaseSubMillisecondTTL(t *testing.T) {
+	r := startRedis(t)
+	a := newTestStore(t, r.Client(t), Options{})
+	waitHealthy(t, 5*time.Second, a)
+	m := a.join(nil)
+	errs := a.Errors()
+	if l := m.ProbeLease("k", 900*time.Microsecond); l != httpbreaker.LeaseDenied {
+		t.Fatalf("first ask: %v, want Denied while pending", l)
+	}
+	eventually(t, time.Second, "lease answered", func() bool { return a.leaseKind("k") != leasePending })
+	if k := a.leaseKind("k"); k == leaseBroken {
+		t.Errorf("lease state %v (broken) after a valid ttl of 900µs", k)
+	}
+	if n := a.Errors() - errs; n != 0 {
+		t.Errorf("Errors() grew by %d for a lease with a positive ttl", n)
+	}
+	if l := m.ProbeLease("k", 900*time.Microsecond); l == httpbreaker.LeaseUnavailable {
+		t.Errorf("ProbeLease = LeaseUnavailable with Redis up and the lease free")
+	}
+}
+
 // leaseKind returns what s knows of key's lease.
 func (s *Store) leaseKind(key string) leaseKind {
 	s.mu.Lock()

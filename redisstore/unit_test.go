@@ -365,6 +365,16 @@ func TestProbeLeaseTTLClamped(t *testing.T) {
 	}
 }
 
+// A ttl under a millisecond, Redis's resolution, asks for a lease of one
+// millisecond: "PX 0" is an error in Redis.
+func TestProbeLeaseTTLAtLeastAMillisecond(t *testing.T) {
+	s, _ := offlineStore(t, Options{})
+	s.join(nil).ProbeLease("k", 900*time.Microsecond)
+	if op := <-s.leaseQ; op.ttl != time.Millisecond {
+		t.Errorf("ttl %v, want 1ms", op.ttl)
+	}
+}
+
 func TestProbeLeaseQueueFull(t *testing.T) {
 	s, _ := offlineStore(t, Options{QueueSize: 1})
 	m := s.join(nil)
