@@ -306,7 +306,13 @@ func (s *Store) releaseAll() {
 			ops = append(ops, leaseOp{key: k, by: l.holder, release: true})
 		}
 	}
+	for k, p := range s.closes {
+		if l := p.lease; l.kind == leaseMine && now.Before(l.until) {
+			ops = append(ops, leaseOp{key: k, by: l.holder, release: true})
+		}
+	}
 	clear(s.leases)
+	clear(s.closes)
 	s.mu.Unlock()
 	if len(ops) == 0 {
 		return

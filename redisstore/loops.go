@@ -58,18 +58,21 @@ func (s *Store) publisher() {
 
 // send publishes a batch of hints, each tagged with the member that
 // published it. While the subscriber is disconnected Redis is down: the
-// hints are dropped and counted (the open ones, and operators' Resets, are
-// re-published when it is back, see sendOwn). A closed hint also gives
-// back the probe lease, if a member of this Store holds it: the breaker is
-// closed for all of them.
+// hints are dropped and counted, as they are when Redis cannot be reached
+// (the open ones, the closed ones and operators' Resets are re-published
+// when it is back, see sendOwn). A closed hint also gives back the probe
+// lease, if a member of this Store holds it: the breaker is closed for
+// all of them.
 //
 // An open hint goes to the open key, with a time to live of its open time
 // plus retrySlack; an operator's trip to the trip key, uncapped, or with
 // no time to live for one until Reset. A closed hint deletes the open key;
 // an operator's Reset deletes both.
 func (s *Store) send(batch []outHint) {
+	leases := s.takeLeases(batch)
 	if !s.subUp.Load() {
 		s.errs.Add(uint64(len(batch)))
+		s.oweCloses(batch, leases)
 		return
 	}
 	ctx, cancel := s.opCtx()
@@ -82,7 +85,7 @@ func (s *Store) send(batch []outHint) {
 	}
 	var ops []operated // operators' hints, to mark as sent
 	n := 0
-	for _, o := range batch {
+	for i, o := range batch {
 		h := o.h
 		w := wireHint{sender: o.by.id, key: h.Key, operator: h.Operator}
 		key := s.openPrefix + h.Key
@@ -104,11 +107,7 @@ func (s *Store) send(batch []outHint) {
 			w.openFor = left
 			ttl = left + retrySlack.Milliseconds()
 		default:
-			s.mu.Lock()
-			l := s.leases[h.Key]
-			delete(s.leases, h.Key)
-			s.mu.Unlock()
-			if l.kind == leaseMine && now.Before(l.until) {
+			if l := leases[i]; l.kind == leaseMine && now.Before(l.until) {
 				releaseScript.Eval(ctx, pipe, []string{s.leasePrefix + h.Key}, l.holder.id)
 			}
 			if h.Operator {
@@ -128,6 +127,7 @@ func (s *Store) send(batch []outHint) {
 	cmds, err := pipe.Exec(ctx)
 	if err != nil && !isServerError(err) {
 		s.fail("publish", err)
+		s.oweCloses(batch, leases)
 		return
 	}
 	for _, c := range cmds {
@@ -154,14 +154,59 @@ func (s *Store) send(batch []outHint) {
 	s.mu.Unlock()
 }
 
+// takeLeases returns, for each closed hint of batch, the probe lease it
+// gives back (the zero leaseState for the others), and forgets it: the
+// lease this Store knows a member holds, or else the one a pending close
+// of the key owes (see pendingClose), which the hint replaces.
+func (s *Store) takeLeases(batch []outHint) []leaseState {
+	leases := make([]leaseState, len(batch))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, o := range batch {
+		if o.h.State == httpbreaker.StateOpen {
+			continue
+		}
+		k := o.h.Key
+		leases[i] = s.leases[k]
+		delete(s.leases, k)
+		if p, ok := s.closes[k]; ok {
+			if leases[i].kind != leaseMine {
+				leases[i] = p.lease
+			}
+			delete(s.closes, k)
+		}
+	}
+	return leases
+}
+
+// oweCloses keeps the closed hints of batch, which did not reach Redis,
+// with the leases they give back, for sendOwn to send again.
+func (s *Store) oweCloses(batch []outHint, leases []leaseState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, o := range batch {
+		if o.h.State == httpbreaker.StateOpen {
+			continue
+		}
+		if _, ok := s.closes[o.h.Key]; ok || len(s.closes) < maxHints {
+			s.closes[o.h.Key] = pendingClose{o: o, lease: leases[i]}
+		}
+	}
+}
+
 // sendOwn re-publishes the open hints and operators' trips of this
-// Store's members that have not expired, and their Resets that have not
-// reached Redis: a Redis that restarted lost them, and instances that
-// were cut off missed them.
+// Store's members that have not expired, and their closed hints and
+// Resets that have not reached Redis: a Redis that restarted lost them,
+// and instances that were cut off missed them. The closed hints go
+// first: a key's later open hint drops its pending close (see
+// pendingClose), so one that has both opened again since.
 func (s *Store) sendOwn() {
 	now := s.now()
 	var batch []outHint
 	s.mu.Lock()
+	for _, p := range s.closes {
+		batch = append(batch, p.o)
+	}
 	for k, o := range s.own {
 		if !o.retryAt.After(now) {
 			delete(s.own, k)
@@ -175,7 +220,9 @@ func (s *Store) sendOwn() {
 		}
 	}
 	for k, r := range s.resets {
-		batch = append(batch, outHint{h: httpbreaker.Hint{Key: k, State: httpbreaker.StateClosed, Operator: true}, by: r.by, seq: r.seq})
+		if _, ok := s.closes[k]; !ok { // else it went with the closes
+			batch = append(batch, outHint{h: httpbreaker.Hint{Key: k, State: httpbreaker.StateClosed, Operator: true}, by: r.by, seq: r.seq})
+		}
 	}
 	s.mu.Unlock()
 	for len(batch) > 0 && s.ctx.Err() == nil {

@@ -134,7 +134,9 @@
 // starts and once when it ends, not per error; Errors counts every failed
 // operation. When Redis is back the Store resubscribes, reads the open and
 // trip keys again and re-publishes its own breakers that are still open,
-// and its members' trips and Resets.
+// and its members' trips and Resets, and the closes that did not reach
+// Redis, which give back the probe leases they held: another instance
+// need not wait for such a lease to expire before it probes.
 //
 // Anything read from Redis is validated: a malformed value or message is
 // ignored and counted, an open time longer than Options.MaxOpen is cut to
@@ -283,6 +285,7 @@ type Store struct {
 	own    map[string]ownHint      // this Store's members' own open hints; guarded by mu
 	trips  map[string]tripEntry    // known operator's trips, by key; guarded by mu
 	resets map[string]pendingReset // this Store's members' Resets not yet in Redis; guarded by mu
+	closes map[string]pendingClose // this Store's members' closed hints not yet in Redis; guarded by mu
 	leases map[string]leaseState   // guarded by mu
 	// missed are the keys Lookup answered false for while the Store was
 	// not healthy: breakers made then, which learn what the Store knows
@@ -370,6 +373,17 @@ func (e tripEntry) hint(key string) httpbreaker.Hint {
 type pendingReset struct {
 	by  *member
 	seq uint64
+}
+
+// pendingClose is a closed hint of a member of this Store that did not
+// reach Redis (Redis was down, or the subscription was), with the probe
+// lease it gives back: it is sent again with the members' own open
+// hints when Redis is back, so that the lease, which Redis still holds
+// unless it restarted, does not keep the other instances from probing
+// until it expires. A later open hint of the key drops it.
+type pendingClose struct {
+	o     outHint
+	lease leaseState // a lease a member of this Store held; else the zero leaseState
 }
 
 // outHint is a hint waiting to be published in Redis; seq numbers an
@@ -466,6 +480,7 @@ func newStore(client redis.UniversalClient, opts Options) (*Store, error) {
 		own:         make(map[string]ownHint),
 		trips:       make(map[string]tripEntry),
 		resets:      make(map[string]pendingReset),
+		closes:      make(map[string]pendingClose),
 		leases:      make(map[string]leaseState),
 		missed:      make(map[string]struct{}),
 	}, nil
@@ -616,6 +631,7 @@ func (m *member) Publish(h httpbreaker.Hint) {
 		seq = s.seq
 		s.setTripLocked(h.Key, tripEntry{retryAt: h.RetryAt, cycles: h.Cycles, sender: m.id, by: m, seq: seq}, now)
 		delete(s.resets, h.Key)
+		delete(s.closes, h.Key)
 		s.mu.Unlock()
 	case h.State == httpbreaker.StateOpen:
 		r, ok := retryAt(h.RetryAt.Sub(now), now, s.opt.MaxOpen)
@@ -628,6 +644,7 @@ func (m *member) Publish(h httpbreaker.Hint) {
 		if _, ok := s.own[h.Key]; ok || len(s.own) < maxHints {
 			s.own[h.Key] = ownHint{retryAt: r, cycles: h.Cycles, by: m}
 		}
+		delete(s.closes, h.Key)
 		s.mu.Unlock()
 	case h.State == httpbreaker.StateClosed:
 		h.RetryAt, h.Cycles = time.Time{}, 0

@@ -302,6 +302,37 @@ func TestProbeLeaseAcrossInstances(t *testing.T) {
 	}
 }
 
+// TestACloseWhileCutOffGivesTheLeaseBackWhenRedisIsBack: a breaker that
+// closes while this Store is cut off from Redis (its subscription down)
+// gives its probe lease back once Redis is back, so that another
+// instance may probe at once rather than when the lease expires.
+func TestACloseWhileCutOffGivesTheLeaseBackWhenRedisIsBack(t *testing.T) {
+	r := startRedis(t)
+	rdb := r.Client(t)
+	a := newTestStore(t, r.Client(t), Options{})
+	b := newTestStore(t, r.Client(t), Options{})
+	waitHealthy(t, 5*time.Second, a, b)
+	ma, mb := a.join(nil), b.join(nil)
+	ttl := time.Minute
+	ma.ProbeLease("k", ttl)
+	eventually(t, time.Second, "a granted", func() bool { return ma.ProbeLease("k", ttl) == httpbreaker.LeaseGranted })
+
+	a.subUp.Store(false) // cut off, as the subscriber finds it
+	a.healthy.Store(false)
+	errs := a.Errors()
+	ma.Publish(httpbreaker.Hint{Key: "k", State: httpbreaker.StateClosed})
+	eventually(t, time.Second, "close dropped", func() bool { return a.Errors() > errs })
+	if v := rdb.Get(ctxT(t), "test:lease:k").Val(); v != ma.id {
+		t.Fatalf("lease holder %q while cut off, want a's member (%s)", v, ma.id)
+	}
+
+	a.subUp.Store(true) // back: the resync's recovery replays what is owed
+	a.recovered()
+	eventually(t, 2*time.Second, "lease given back", func() bool { return rdb.Exists(ctxT(t), "test:lease:k").Val() == 0 })
+	mb.ProbeLease("k", ttl)
+	eventually(t, time.Second, "b granted", func() bool { return mb.ProbeLease("k", ttl) == httpbreaker.LeaseGranted })
+}
+
 // TestProbeLeaseSubMillisecondTTL: a positive ttl under a millisecond
 // (a Transport's MaxOpenTimeout may be one) takes the lease, as any
 // valid ttl does: no error, no broken lease, no LeaseUnavailable with

@@ -624,3 +624,47 @@ func TestMembersShareWithoutRedis(t *testing.T) {
 		t.Errorf("ProbeLease while Redis is down: %v", l)
 	}
 }
+
+// A closed hint that does not reach Redis (here, the subscription is
+// down) keeps the lease it gives back, for sendOwn to give back when
+// Redis is back; a later open hint of the key drops it.
+func TestACloseThatMissesRedisOwesItsLease(t *testing.T) {
+	s, now := offlineStore(t, Options{})
+	m := s.join(nil)
+	mine := leaseState{kind: leaseMine, until: now.Add(time.Minute), holder: m}
+	s.leases["k"] = mine
+	s.subUp.Store(false)
+	m.Publish(httpbreaker.Hint{Key: "k", State: httpbreaker.StateClosed})
+	s.send([]outHint{<-s.queue})
+	if _, ok := s.leases["k"]; ok {
+		t.Error("the lease is still the Store's: recovered would forget it")
+	}
+	p, ok := s.closes["k"]
+	if !ok || p.lease != mine || p.o.h.State != httpbreaker.StateClosed || p.o.by != m {
+		t.Fatalf("pending close %+v, %v", p, ok)
+	}
+	if got := s.takeLeases([]outHint{{h: httpbreaker.Hint{Key: "k", State: httpbreaker.StateClosed}, by: m}}); got[0] != mine {
+		t.Errorf("a new close of k gives back %+v, want the lease owed", got[0])
+	}
+	if _, ok := s.closes["k"]; ok {
+		t.Error("the new close replaces the pending one")
+	}
+
+	s.send([]outHint{{h: httpbreaker.Hint{Key: "k", State: httpbreaker.StateClosed}, by: m}})
+	if _, ok := s.closes["k"]; !ok {
+		t.Fatal("no pending close")
+	}
+	m.Publish(httpbreaker.Hint{Key: "k", State: httpbreaker.StateOpen, RetryAt: now.Add(time.Second)})
+	if _, ok := s.closes["k"]; ok {
+		t.Error("an open hint of k keeps its pending close")
+	}
+
+	// With the subscription up, a close that Redis does not take (none
+	// listens on this Store's address) is owed too.
+	s.subUp.Store(true)
+	s.leases["j"] = mine
+	s.send([]outHint{{h: httpbreaker.Hint{Key: "j", State: httpbreaker.StateClosed}, by: m}})
+	if p, ok := s.closes["j"]; !ok || p.lease != mine {
+		t.Errorf("after a failed publish: pending close %+v, %v", p, ok)
+	}
+}
