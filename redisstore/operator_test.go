@@ -517,11 +517,8 @@ func TestResyncRepairsMissedTrips(t *testing.T) {
 // of reach is kept and sent when it is back, so that the other instances
 // do not stay tripped until a Reset that already happened.
 func TestResetPendingUntilRedisIsBack(t *testing.T) {
-	r := startRedis(t)
+	r, a, b := twoStores(t)
 	rdb := r.Client(t)
-	a := newTestStore(t, r.Client(t), Options{})
-	b := newTestStore(t, r.Client(t), Options{})
-	waitHealthy(t, 5*time.Second, a, b)
 	got := hintWaiter(b)
 	pa := a.join(nil)
 	pa.Publish(httpbreaker.Hint{Key: "k", State: httpbreaker.StateOpen, Operator: true})

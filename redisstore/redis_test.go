@@ -183,6 +183,17 @@ func newTestStore(t testing.TB, c redis.UniversalClient, opts Options) *Store {
 	return s
 }
 
+// twoStores starts a redis-server and two Stores on it, as two instances
+// of a service, and waits until both are healthy.
+func twoStores(t testing.TB) (*redisServer, *Store, *Store) {
+	t.Helper()
+	r := startRedis(t)
+	a := newTestStore(t, r.Client(t), Options{})
+	b := newTestStore(t, r.Client(t), Options{})
+	waitHealthy(t, 5*time.Second, a, b)
+	return r, a, b
+}
+
 // waitHealthy waits until every store has synchronised with Redis.
 func waitHealthy(t testing.TB, d time.Duration, stores ...*Store) {
 	t.Helper()

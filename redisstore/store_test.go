@@ -40,10 +40,7 @@ func ctxT(t *testing.T) context.Context {
 // on one instance to delivery on another, through pub/sub. This is the
 // number that justifies pub/sub over polling (see the package doc).
 func TestPropagationLatency(t *testing.T) {
-	r := startRedis(t)
-	a := newTestStore(t, r.Client(t), Options{})
-	b := newTestStore(t, r.Client(t), Options{})
-	waitHealthy(t, 5*time.Second, a, b)
+	_, a, b := twoStores(t)
 	got := hintWaiter(b)
 	pa, own := join(a)
 
@@ -259,11 +256,8 @@ func TestGarbageIgnoredAndCounted(t *testing.T) {
 // TestProbeLeaseAcrossInstances: one instance gets the lease, the other
 // is denied; closing the breaker gives it back; Close gives it back too.
 func TestProbeLeaseAcrossInstances(t *testing.T) {
-	r := startRedis(t)
+	r, a, b := twoStores(t)
 	rdb := r.Client(t)
-	a := newTestStore(t, r.Client(t), Options{})
-	b := newTestStore(t, r.Client(t), Options{})
-	waitHealthy(t, 5*time.Second, a, b)
 	ma := a.join(nil)
 	mb, got := join(b)
 	ttl := 5 * time.Second
@@ -307,11 +301,8 @@ func TestProbeLeaseAcrossInstances(t *testing.T) {
 // gives its probe lease back once Redis is back, so that another
 // instance may probe at once rather than when the lease expires.
 func TestACloseWhileCutOffGivesTheLeaseBackWhenRedisIsBack(t *testing.T) {
-	r := startRedis(t)
+	r, a, b := twoStores(t)
 	rdb := r.Client(t)
-	a := newTestStore(t, r.Client(t), Options{})
-	b := newTestStore(t, r.Client(t), Options{})
-	waitHealthy(t, 5*time.Second, a, b)
 	ma, mb := a.join(nil), b.join(nil)
 	ttl := time.Minute
 	ma.ProbeLease("k", ttl)
@@ -449,10 +440,7 @@ func TestOutageLoggedOnceAndRecovered(t *testing.T) {
 // reconnect, the open hints are re-published by their owners, and new
 // hints propagate again.
 func TestRestartedRedisIsRepaired(t *testing.T) {
-	r := startRedis(t)
-	a := newTestStore(t, r.Client(t), Options{})
-	b := newTestStore(t, r.Client(t), Options{})
-	waitHealthy(t, 5*time.Second, a, b)
+	r, a, b := twoStores(t)
 	got := hintWaiter(b)
 	pa := a.join(nil)
 	pa.Publish(httpbreaker.Hint{Key: "before", State: httpbreaker.StateOpen, RetryAt: time.Now().Add(30 * time.Second)})
@@ -562,11 +550,8 @@ func quiet(t *testing.T, ch <-chan httpbreaker.Hint, d time.Duration, what strin
 // probe lease is one member's: the other member of its Store is denied
 // it, and its close or its Store's Close gives it back.
 func TestMembersOfOneStore(t *testing.T) {
-	r := startRedis(t)
+	r, a, b := twoStores(t)
 	rdb := r.Client(t)
-	a := newTestStore(t, r.Client(t), Options{})
-	b := newTestStore(t, r.Client(t), Options{})
-	waitHealthy(t, 5*time.Second, a, b)
 	m1, got1 := join(a)
 	m2, got2 := join(a)
 	mb, gotb := join(b)
