@@ -455,7 +455,9 @@ func (s *Store) echo(w wireHint, n int) {
 
 // resync reads every open key and trip key and makes the known hints
 // match: a hint or trip missing from memory is learnt and delivered to
-// the members; an open hint that is gone from Redis is forgotten. A
+// the members; an open hint that is gone from Redis is forgotten (unless
+// there were more than maxScan open keys to read: then one not read may
+// be there still). A
 // vanished open key is not taken for a close (it may have expired, or
 // Redis may have restarted empty): the breakers it opened run out their
 // open period and probe, which costs at most MaxOpen.
@@ -469,7 +471,7 @@ func (s *Store) echo(w wireHint, n int) {
 // Store's members pending is left to that Reset.
 func (s *Store) resync() error {
 	start := s.now()
-	keys, _, err := s.scanKeys(s.openPrefix)
+	keys, openComplete, err := s.scanKeys(s.openPrefix)
 	if err != nil {
 		return err
 	}
@@ -541,7 +543,7 @@ func (s *Store) resync() error {
 		}
 	}
 	for k, e := range s.hints {
-		if _, ok := found[k]; !ok && !s.local(e.sender) {
+		if _, ok := found[k]; !ok && !s.local(e.sender) && openComplete { // a SCAN cut short proves nothing
 			delete(s.hints, k)
 		}
 	}

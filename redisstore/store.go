@@ -228,8 +228,6 @@ const (
 	// without bound.
 	maxHints  = 10000
 	maxLeases = 10000
-	// maxScan bounds the keys one resync reads.
-	maxScan = 10000
 	// batchSize is the most hints or lease requests sent in one round trip.
 	batchSize = 64
 	// garbageLogEvery is the least time between two warnings about invalid
@@ -374,6 +372,10 @@ type pendingReset struct {
 	by  *member
 	seq uint64
 }
+
+// maxScan bounds the keys one resync reads, of each kind: a variable, so
+// that tests can make a scan fall short.
+var maxScan = 10000
 
 // pendingClose is a closed hint of a member of this Store that did not
 // reach Redis (Redis was down, or the subscription was), with the probe

@@ -324,6 +324,37 @@ func TestACloseWhileCutOffGivesTheLeaseBackWhenRedisIsBack(t *testing.T) {
 	eventually(t, time.Second, "b granted", func() bool { return mb.ProbeLease("k", ttl) == httpbreaker.LeaseGranted })
 }
 
+// TestAResyncCutShortForgetsNoOpenHint: a resync that finds more open
+// keys than it reads (maxScan) forgets none of the open hints it knows:
+// the ones it did not read may well be there.
+func TestAResyncCutShortForgetsNoOpenHint(t *testing.T) {
+	old := maxScan
+	t.Cleanup(func() { maxScan = old }) // after the Stores are closed
+	maxScan = 2
+	_, a, b := twoStores(t)
+	mb := b.join(nil)
+	keys := []string{"k1", "k2", "k3"}
+	for _, k := range keys {
+		mb.Publish(httpbreaker.Hint{Key: k, State: httpbreaker.StateOpen, RetryAt: time.Now().Add(time.Minute)})
+	}
+	known := func() int {
+		n := 0
+		for _, k := range keys {
+			if _, ok := a.Lookup(k); ok {
+				n++
+			}
+		}
+		return n
+	}
+	eventually(t, 2*time.Second, "a learns the three", func() bool { return known() == 3 })
+	if err := a.resync(); err != nil {
+		t.Fatal(err)
+	}
+	if n := known(); n != 3 {
+		t.Errorf("%d of 3 open hints known after a resync that read 2 keys", n)
+	}
+}
+
 // TestProbeLeaseSubMillisecondTTL: a positive ttl under a millisecond
 // (a Transport's MaxOpenTimeout may be one) takes the lease, as any
 // valid ttl does: no error, no broken lease, no LeaseUnavailable with
