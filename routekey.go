@@ -3,7 +3,6 @@ package httpbreaker
 import (
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,7 +13,8 @@ import (
 // RouteKey returns a KeyFunc that keys a request by its host and the
 // net/http.ServeMux pattern it matches: HostKey(r) + " " + pattern, where
 // pattern is the matching pattern exactly as given (for example
-// "api.example.com GET /repos/{owner}/{repo}/issues"). A request that no
+// "api.example.com GET /repos/{owner}/{repo}/issues"; a byte that is not
+// valid UTF-8 reads as U+FFFD, as in every key). A request that no
 // pattern matches is keyed by HostKey(r) alone, so it shares the host's
 // breaker. Keys are at most 512 bytes long: a host that would make the key
 // longer is cut.
@@ -58,7 +58,11 @@ func routeKeying(patterns []string) keying {
 	if err != nil {
 		panic(fmt.Errorf("httpbreaker: RouteKey: %w", err))
 	}
-	return keying{routes: m, routeKeys: newRouteKeyCache(slices.Clone(patterns))}
+	texts := make([]string, len(patterns))
+	for i, p := range patterns {
+		texts[i] = canonicalKey(p) // a key reads as valid UTF-8: so must the pattern in it
+	}
+	return keying{routes: m, routeKeys: newRouteKeyCache(texts)}
 }
 
 // routeKey is the key RouteKey gives r under k's patterns.

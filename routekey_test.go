@@ -366,3 +366,19 @@ func TestRouteKeyOfAnOpaqueURL(t *testing.T) {
 	require.Equal(t, HostKey(r)+" "+pattern, RouteKey(pattern, "/")(r))
 	require.Equal(t, []string{HostKey(r) + " " + pattern}, keys(tr), "the Transport's breaker is the pattern's")
 }
+
+// A pattern that is not valid UTF-8 (ServeMux takes its bytes as they
+// are) appears in its key as every key is read, with U+FFFD for each
+// invalid byte: the key reads back as itself, and the Transport keeps
+// the circuit with the pattern.
+func TestRouteKeyOfAPatternThatIsNotUTF8(t *testing.T) {
+	const pattern = "GET /caf\xe9/{id}"
+	r := mustReq(t, "http://api.test/caf%E9/1")
+	key := RouteKey(pattern)(r)
+	require.Equal(t, "api.test GET /caf\uFFFD/{id}", key)
+	require.Equal(t, key, canonicalHostKey(key))
+	tr := New(newDep(200), WithRoutes(pattern))
+	_, _ = get(t, tr, "http://api.test/caf%E9/1")
+	require.Equal(t, []string{key}, keys(tr))
+	require.NotNil(t, tr.routes.get(0, "api.test"), "kept with its pattern")
+}
