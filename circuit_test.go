@@ -174,6 +174,23 @@ func TestEvictionRescanFollowsUpdatedWindow(t *testing.T) {
 	}
 }
 
+// An Update that takes breakers away (keys switched to ModeOff) makes
+// room at once: a new key that found the cap full of busy breakers a
+// moment before gets a breaker on its next request, not only once the
+// wait between two scans for an idle one is over.
+func TestAnUpdateThatDropsBreakersMakesRoomAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := New(newDep(http.StatusOK), WithMaxBreakers(2))
+		_, _ = get(t, tr, "http://a.test/")
+		_, _ = get(t, tr, "http://b.test/")
+		_, _ = get(t, tr, "http://c.test/") // no room: a and b are busy
+		require.Equal(t, []string{"a.test", "b.test"}, keys(tr))
+		require.NoError(t, tr.Update(WithPolicy("a.test", WithMode(ModeOff))))
+		_, _ = get(t, tr, "http://c.test/")
+		require.Equal(t, []string{"b.test", "c.test"}, keys(tr))
+	})
+}
+
 // TestBreakerKeyDoesNotPinTheRequest: a breaker outlives the request that
 // made it, so its key must not be a substring of that request's URL,
 // which would keep the whole URL (query string included) in memory.

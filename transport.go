@@ -51,7 +51,8 @@ type Transport struct {
 
 	mu sync.Mutex // guards creation and eviction of breakers, and Update
 	// nextEvict is the clock time before which no breaker can be evicted:
-	// set, under mu, when the cap is reached and none is idle. Until then
+	// set, under mu, when the cap is reached and none is idle, and cleared
+	// by Update, which may drop breakers or make them idle. Until then
 	// there is no room for a new breaker, which create learns without mu.
 	nextEvict atomic.Int64
 }

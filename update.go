@@ -108,6 +108,9 @@ func (t *Transport) update(opts []Option) error {
 		k.b.mu.Unlock()
 		k.bulk.letGo() // after evicted: what they answer counts nowhere
 	}
+	// Breakers gone, or made evictable (a key off, a shorter window): the
+	// next new key looks for room at once.
+	t.nextEvict.Store(0)
 	t.mu.Unlock()
 	if l := t.logger; l != nil {
 		logChanges(l, old, ps)
