@@ -26,7 +26,8 @@ const jsonRejectBody = `{"error":{"type":"api_error","code":"` + JSONRejectionCo
 
 // JSONRejectionCode is the error code in the body of JSONRejection's 503:
 // through stripe-go, a refused call's *stripe.Error has this Code (and
-// HTTPStatusCode 503), which no answer of Stripe's has.
+// HTTPStatusCode 503), which no answer of Stripe's has; so does the
+// *stripe.V2RawError of a call of Stripe's v2 API.
 const JSONRejectionCode = "request_refused"
 
 // JSONRejection is a fallback for WithFallback: it answers a refusal with

@@ -212,6 +212,15 @@ func TestRecipeOnStripesHost(t *testing.T) {
 	require.Empty(t, hosts)
 	require.Less(t, took, 50*time.Millisecond)
 
+	// A call of the v2 API, whose errors stripe-go reads into a
+	// *stripe.V2RawError, is one attempt too, and recognised.
+	_, err = sc.V2CoreEvents.Retrieve(context.Background(), "evt_1", nil)
+	var raw *stripe.V2RawError
+	require.ErrorAs(t, err, &raw)
+	require.True(t, isRefused(err), "%v", err)
+	require.EqualValues(t, 3, attempts.n.Load(), "one attempt")
+	require.Empty(t, hosts)
+
 	tr.Trip("example.test", time.Minute)
 	resp, err := tr.RoundTrip(httptestRequest(t, "https://example.test/"))
 	require.NoError(t, err)
@@ -229,5 +238,6 @@ func httptestRequest(t *testing.T, u string) *http.Request {
 func TestIsRefusedIsFalseForStripesOwnErrors(t *testing.T) {
 	require.False(t, isRefused(nil))
 	require.False(t, isRefused(&stripe.Error{HTTPStatusCode: 503, Type: stripe.ErrorTypeAPI}))
+	require.False(t, isRefused(&stripe.V2RawError{HTTPStatusCode: 503, Code: "rate_limited"}))
 	require.False(t, isRefused(errors.New("Couldn't deserialize JSON (response status: 503, ...)")))
 }

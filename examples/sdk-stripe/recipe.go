@@ -36,10 +36,15 @@ func newTransport(host string, opts ...httpbreaker.Option) *httpbreaker.Transpor
 // isRefused reports whether err, from a stripe-go call through
 // newTransport, is a breaker's refusal: Stripe was not called. The
 // refusal is a *stripe.Error with JSONRejectionCode, which no answer of
-// Stripe's has.
+// Stripe's has; a call of Stripe's v2 API (/v2/...) reads its errors into
+// a *stripe.V2RawError instead, with the same code.
 func isRefused(err error) bool {
 	var se *stripe.Error
-	return errors.As(err, &se) && se.HTTPStatusCode == http.StatusServiceUnavailable && se.Code == httpbreaker.JSONRejectionCode
+	if errors.As(err, &se) {
+		return se.HTTPStatusCode == http.StatusServiceUnavailable && se.Code == httpbreaker.JSONRejectionCode
+	}
+	var v2 *stripe.V2RawError
+	return errors.As(err, &v2) && v2.HTTPStatusCode == http.StatusServiceUnavailable && v2.Code == httpbreaker.JSONRejectionCode
 }
 
 // newStripeClient returns a stripe-go client whose requests go through
