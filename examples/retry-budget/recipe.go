@@ -31,15 +31,15 @@ func SuggestedBudget() httpbreaker.Option { return httpbreaker.WithRetryBudget(0
 
 // NewRetryableClient returns a go-retryablehttp client, at its defaults,
 // whose attempts go through tr. Its retries carry no header, so the
-// PrepareRetry hook marks them for the budget.
-//
-// Under go-retryablehttp, make tr with httpbreaker.WithRejectAsError:
-// DefaultBackoff sleeps out the Retry-After of a 503 before retrying, and
-// a budget refusal's synthetic 503 says Retry-After: 1.
+// PrepareRetry hook marks them for the budget; and CheckRetry makes a
+// refusal final, the budget's included: without it go-retryablehttp
+// retries a refusal after its backoff (1 s, 2 s, 4 s, 8 s by default),
+// and is refused again.
 func NewRetryableClient(tr http.RoundTripper) *retryablehttp.Client {
 	c := retryablehttp.NewClient()
 	c.HTTPClient = &http.Client{Transport: tr}
-	c.PrepareRetry = httpbreaker.PrepareRetry // the one line: retries are marked as such
+	c.PrepareRetry = httpbreaker.PrepareRetry                               // retries are marked as such
+	c.CheckRetry = httpbreaker.CheckRetry(retryablehttp.DefaultRetryPolicy) // and a refusal is not retried
 	return c
 }
 

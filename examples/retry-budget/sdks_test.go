@@ -37,7 +37,7 @@ type sdk struct {
 var sdks = []sdk{
 	{
 		name: "go-retryablehttp",
-		// DefaultBackoff would sleep out the refusal's Retry-After: 1.
+		// A refusal as an error: the call fails, as the tables count it.
 		opts: []httpbreaker.Option{httpbreaker.WithRejectAsError()},
 		client: func(t *testing.T, tr http.RoundTripper, baseURL string) func(context.Context) error {
 			c := NewRetryableClient(tr)
@@ -184,3 +184,34 @@ func run(t *testing.T, s sdk, fails func(int64) bool, calls int, budget ...httpb
 	}
 	return r
 }
+
+// Under NewRetryableClient a retry the budget refuses ends the call:
+// go-retryablehttp does not retry the refusal (CheckRetry), so the
+// breaker sees two attempts, the first and its refused retry, and the
+// caller gets the budget's error.
+func TestRetryableRecipeDoesNotRetryARefusal(t *testing.T) {
+	dep := newDependency(t, func(int64) bool { return true })
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(base.CloseIdleConnections)
+	tr := httpbreaker.New(base, httpbreaker.WithRetryBudget(0.0001, 0), httpbreaker.WithRejectAsError(), httpbreaker.WithMinRequests(1000))
+	var attempts atomic.Int64
+	c := NewRetryableClient(roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		attempts.Add(1)
+		return tr.RoundTrip(r)
+	}))
+	c.Logger = nil
+	c.RetryWaitMin, c.RetryWaitMax = time.Millisecond, 4*time.Millisecond
+	req, err := retryablehttp.NewRequestWithContext(context.Background(), http.MethodGet, dep.URL()+"/items/1", nil)
+	require.NoError(t, err)
+	resp, err := c.Do(req)
+	if resp != nil {
+		resp.Body.Close()
+	}
+	require.ErrorIs(t, err, httpbreaker.ErrRetryBudget)
+	require.EqualValues(t, 1, dep.arrivals.Load(), "only the first attempt reached the dependency")
+	require.EqualValues(t, 2, attempts.Load(), "the first attempt and its refused retry, not retried")
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
