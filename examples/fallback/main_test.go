@@ -286,6 +286,41 @@ func TestStaleCacheFallbackMarksAndDefers(t *testing.T) {
 	require.JSONEq(t, `{"id":"1"}`, b.String())
 }
 
+// A catalogue page longer than maxCached reaches its caller whole, with
+// its own length, and is not kept: a cut copy would be served as stale.
+// One that fits is kept and still read whole.
+func TestCachingTransportKeepsOnlyWholePages(t *testing.T) {
+	for _, n := range []int{maxCached + 1, 2 * maxCached, maxCached} {
+		page := strings.Repeat("x", n)
+		body := &closeCounter{Reader: strings.NewReader(page)}
+		next := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			return &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"application/json"}},
+				Body: body, ContentLength: int64(n), Request: r}, nil
+		})
+		cache := &staleCache{entries: map[string]cached{}, now: time.Now}
+		ct := &cachingTransport{next: next, host: catalogueHost, cache: cache}
+		req := httptest.NewRequest(http.MethodGet, "http://"+catalogueHost+"/products/42", nil)
+		resp, err := ct.RoundTrip(req)
+		require.NoError(t, err)
+		var got bytes.Buffer
+		_, err = got.ReadFrom(resp.Body)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, n, got.Len(), "%d bytes: read whole", n)
+		require.EqualValues(t, n, resp.ContentLength)
+		require.Equal(t, 1, body.closes, "%d bytes: the body is closed once", n)
+		require.Equal(t, n <= maxCached, cache.response(req) != nil, "%d bytes: kept only if it fits", n)
+	}
+}
+
+// closeCounter is a body that counts its Close calls.
+type closeCounter struct {
+	*strings.Reader
+	closes int
+}
+
+func (c *closeCounter) Close() error { c.closes++; return nil }
+
 // TestRecommendationsDegradeToDefault: with the recommender down, the
 // answer is the default list flagged degraded.
 func TestRecommendationsDegradeToDefault(t *testing.T) {
@@ -477,3 +512,7 @@ func TestRunPrintsTheThreeAnswers(t *testing.T) {
 		require.Regexp(t, regexp.MustCompile(re), s)
 	}
 }
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -378,12 +378,16 @@ func (c *staleCache) fallback(req *http.Request, _ error) (*http.Response, error
 
 // cachingTransport is the Transport's next RoundTripper: it passes every
 // request on, and keeps the body of every 200 answer to a GET to host (the
-// catalogue) for the catalogue's fallback.
+// catalogue) for the catalogue's fallback, up to maxCached bytes: a
+// longer page goes to its caller whole, and is not kept.
 type cachingTransport struct {
 	next  http.RoundTripper
 	host  string // whose answers are kept
 	cache *staleCache
 }
+
+// maxCached bounds the bytes cachingTransport keeps of one page.
+const maxCached = 1 << 20
 
 // RoundTrip implements http.RoundTripper.
 func (t *cachingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -391,11 +395,19 @@ func (t *cachingTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	if err != nil || req.Method != http.MethodGet || req.URL.Hostname() != t.host || resp.StatusCode != http.StatusOK {
 		return resp, err
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxCached+1))
 	if err != nil {
+		resp.Body.Close()
 		return nil, err
 	}
+	if len(body) > maxCached { // too long to keep: the caller reads it all, from where we stopped
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(body), resp.Body), resp.Body}
+		return resp, nil
+	}
+	resp.Body.Close()
 	t.cache.put(req.URL.String(), resp.Header.Get("Content-Type"), body)
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	resp.ContentLength = int64(len(body))
