@@ -199,6 +199,8 @@ func parseSelector(s string) (selector, error) {
 			return sel, fmt.Errorf("selector %q: a wildcard names hosts on any port, as in \"*.example.com\"", s)
 		case strings.HasPrefix(sel.host, ".."):
 			return sel, fmt.Errorf("selector %q: a wildcard is \"*.\" and a suffix, as in \"*.example.com\"", s)
+		case len(sel.host) >= maxKeyLen: // a host under it is longer still
+			return sel, fmt.Errorf("selector %q: its suffix leaves no room for a host in the %d bytes a key keeps", s, maxKeyLen)
 		}
 	default:
 		sel.kind, sel.host = selHost, readHost(s, "")

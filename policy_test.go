@@ -3,6 +3,7 @@ package httpbreaker
 import (
 	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -96,6 +97,12 @@ func TestSelectorsReadAsKeysAre(t *testing.T) {
 		require.Contains(t, msg, "WithPolicy", s)
 		require.Contains(t, msg, s, s)
 	}
+	// A suffix that leaves no room for a host in a key names no breaker.
+	long := "*." + strings.Repeat("a", maxKeyLen-1)
+	require.Contains(t, panicMessage(t, func() { New(nil, WithPolicy(long, WithMinRequests(2))) }), "leaves no room for a host")
+	fits := "*." + strings.Repeat("a", maxKeyLen-3)
+	tr = New(nil, WithMinRequests(20), WithPolicy(fits, WithMinRequests(2)))
+	require.EqualValues(t, 2, minOf(t, tr, "b"+fits[1:]), "the longest suffix that a host fits under")
 }
 
 // TestSelectorPortIsNeverTheDefault: a key leaves out its scheme's
