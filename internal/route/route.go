@@ -388,9 +388,9 @@ func (m *Matcher) Match(r *http.Request) int {
 	if r == nil || r.URL == nil {
 		return -1
 	}
-	path, decode := escapedPath(r.URL)
-	if decode && !validEscapes(path) {
-		return -1 // an Opaque path no server parses: no handler
+	path, decode, ok := escapedPath(r.URL)
+	if !ok {
+		return -1 // a request line no server parses: no handler
 	}
 	method := r.Method
 	if method == "" {
@@ -549,8 +549,9 @@ func (n *node) lookup(path string, decode, slash bool) int {
 // whose segments are then to be unescaped (decode), or u.Path, whose
 // segments are what unescaping the segments of u.EscapedPath() would give
 // back. A URL with u.Opaque sends that instead (see url.URL.RequestURI),
-// "//host/path" as an absolute URL: its path, escaped.
-func escapedPath(u *url.URL) (path string, decode bool) {
+// "//host/path" as an absolute URL: its path, escaped, and not ok if its
+// escapes are invalid, which no server parses.
+func escapedPath(u *url.URL) (path string, decode, ok bool) {
 	if o := u.Opaque; o != "" {
 		if strings.HasPrefix(o, "//") {
 			if i := strings.IndexByte(o[2:], '/'); i >= 0 {
@@ -562,12 +563,12 @@ func escapedPath(u *url.URL) (path string, decode bool) {
 		if i := strings.IndexByte(o, '?'); i >= 0 {
 			o = o[:i] // the server reads a query there
 		}
-		return o, true
+		return o, true, validEscapes(o)
 	}
 	if u.RawPath != "" && validEncodedPath(u.RawPath) && unescapedEqual(u.RawPath, u.Path) {
-		return u.RawPath, true
+		return u.RawPath, true, true
 	}
-	return u.Path, false
+	return u.Path, false, true
 }
 
 // validEncodedPath is net/url's validEncoded(s, encodePath).
