@@ -114,9 +114,9 @@ func (t *table) newBreaker(key string) *breaker {
 		b.admitted[o] = *t.callAttrs(key, otherKey{outcome: httpbreaker.Outcome(o)})
 	}
 	for _, st := range states {
-		b.span[st] = []attribute.KeyValue{keyBreaker.String(key), keyState.String(st.String())}
-		b.gauge[st] = metric.WithAttributeSet(t.set(b.span[st]...))
+		b.span[st] = stateAttrs(key, st)
 	}
+	b.gauge = t.stateSeries(key)
 	return b
 }
 
@@ -207,9 +207,21 @@ func (t *table) gaugeOptions(key string, st httpbreaker.State) [3]metric.Observe
 	if b := t.getIn(key, st); b != nil {
 		return b.gauge
 	}
+	return t.stateSeries(key)
+}
+
+// stateSeries makes the options of key's three httpbreaker.state series,
+// by state.
+func (t *table) stateSeries(key string) [3]metric.ObserveOption {
 	var opts [3]metric.ObserveOption
 	for _, st := range states {
-		opts[st] = metric.WithAttributeSet(t.set(keyBreaker.String(key), keyState.String(st.String())))
+		opts[st] = metric.WithAttributeSet(t.set(stateAttrs(key, st)...))
 	}
 	return opts
+}
+
+// stateAttrs are the attributes of key in state st: on a span, and with
+// the extra ones, of a state series.
+func stateAttrs(key string, st httpbreaker.State) []attribute.KeyValue {
+	return []attribute.KeyValue{keyBreaker.String(key), keyState.String(st.String())}
 }
