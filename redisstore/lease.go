@@ -301,15 +301,16 @@ func (s *Store) releaseAll() {
 	now := s.now()
 	var ops []leaseOp
 	s.mu.Lock()
-	for k, l := range s.leases {
+	release := func(k string, l leaseState) {
 		if l.kind == leaseMine && now.Before(l.until) {
 			ops = append(ops, leaseOp{key: k, by: l.holder, release: true})
 		}
 	}
-	for k, p := range s.closes {
-		if l := p.lease; l.kind == leaseMine && now.Before(l.until) {
-			ops = append(ops, leaseOp{key: k, by: l.holder, release: true})
-		}
+	for k, l := range s.leases {
+		release(k, l)
+	}
+	for k, p := range s.closes { // owed by closes that did not reach Redis
+		release(k, p.lease)
 	}
 	clear(s.leases)
 	clear(s.closes)
