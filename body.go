@@ -19,10 +19,8 @@ func watchable(resp *http.Response) bool {
 // counted when the body ends (see WithBodyErrors). A shadow breaker's
 // pass, which it would have refused for reason shadow (admitted for
 // none), is told to the observers then instead, and counts for nothing.
-// short is the deadline rule's verdict at admission (see
-// Transport.RoundTrip).
-func (t *Transport) watchBody(req *http.Request, c *circuit, p *policy, tk ticket, shadow rejectReason, short bool, queued time.Duration, body io.ReadCloser) io.ReadCloser {
-	return &watchedBody{body: body, t: t, c: c, p: p, req: req, tk: tk, shadow: shadow, short: short, queued: queued}
+func (t *Transport) watchBody(req *http.Request, c *circuit, p *policy, tk ticket, shadow rejectReason, queued time.Duration, body io.ReadCloser) io.ReadCloser {
+	return &watchedBody{body: body, t: t, c: c, p: p, req: req, tk: tk, shadow: shadow, queued: queued}
 }
 
 // watchedBody is a response body whose end counts its call, once.
@@ -33,8 +31,7 @@ type watchedBody struct {
 	p      *policy
 	req    *http.Request
 	tk     ticket
-	shadow rejectReason // a shadow breaker's pass, that it would have refused for this reason: observed, not counted
-	short  bool
+	shadow rejectReason  // a shadow breaker's pass, that it would have refused for this reason: observed, not counted
 	queued time.Duration // the call's time in the bulkhead's line, for observers
 
 	closing atomic.Bool // Close has begun: a Read error from now on is Close's doing
@@ -88,5 +85,5 @@ func (w *watchedBody) count(err error) {
 		o = OutcomeSuccess
 		return
 	}
-	o = w.p.judge(w.req, w.p.classify(w.req, nil, err), err, nil, w.tk.start, now, w.short, t.epoch)
+	o = w.p.judge(w.req, w.p.classify(w.req, nil, err), err, nil, w.tk.start, now, t.epoch)
 }

@@ -50,15 +50,15 @@ func (p *policy) classify(req *http.Request, resp *http.Response, err error) Out
 // says about the dependency when it ended with err at clock time end:
 // o, except that a call that failed while its upload up failed to read
 // is ignored (the caller's own body: see watchUpload), a failure because
-// a deadline passed which left less than minBudget at admission (short)
-// is ignored (see Transport.RoundTrip), and a success slower than the
+// a deadline passed which left less than minBudget at admission is
+// ignored (see Transport.RoundTrip), and a success slower than the
 // slow-call threshold is a failure. An enforcing breaker counts what it
 // says; a shadow breaker's pass tells its observers.
-func (p *policy) judge(req *http.Request, o Outcome, err error, up *upload, start, end int64, short bool, epoch time.Time) Outcome {
+func (p *policy) judge(req *http.Request, o Outcome, err error, up *upload, start, end int64, epoch time.Time) Outcome {
 	if err != nil && up.failed() {
 		return OutcomeIgnored
 	}
-	if o == OutcomeFailure && short || o == OutcomeSuccess && p.slowCall > 0 {
+	if o == OutcomeFailure && err != nil || o == OutcomeSuccess && p.slowCall > 0 {
 		return p.rejudge(req, o, err, start, end, epoch)
 	}
 	return o
@@ -67,12 +67,22 @@ func (p *policy) judge(req *http.Request, o Outcome, err error, up *upload, star
 // rejudge is judge for the outcomes its rules may change.
 func (p *policy) rejudge(req *http.Request, o Outcome, err error, start, end int64, epoch time.Time) Outcome {
 	switch {
-	case o == OutcomeFailure && err != nil && callerEnded(req, wall(epoch, end)) == endedByDeadline:
+	case o == OutcomeFailure && err != nil && spentBudget(req, wall(epoch, start)) && callerEnded(req, wall(epoch, end)) == endedByDeadline:
 		return OutcomeIgnored
 	case o == OutcomeSuccess && p.slowCall > 0 && time.Duration(end-start) > p.slowCall:
 		return OutcomeFailure
 	}
 	return o
+}
+
+// spentBudget reports whether the request's deadline left less than
+// minBudget at wall time at, its admission: a caller that gives a
+// dependency less than that has spent its own budget, and the deadline's
+// passing is its own doing (see Transport.RoundTrip). A zero or far-past
+// deadline left none (Sub saturates).
+func spentBudget(req *http.Request, at time.Time) bool {
+	d, ok := req.Context().Deadline()
+	return ok && d.Sub(at) < minBudget
 }
 
 // WithPolicy applies opts to the breakers whose keys selector names, over

@@ -221,10 +221,6 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		}
 		c.shadowed[reason].Add(1) // it goes through as if admitted, and counts for nothing
 	}
-	short := false
-	if d, ok := req.Context().Deadline(); ok {
-		short = d.Sub(wall(t.epoch, now)) < minBudget // Sub saturates: a zero or far-past deadline left none
-	}
 	sent, upload := watchUpload(req)
 	if p.callTimeout > 0 {
 		sent, g.cancel = t.withCallTimeout(sent, now, p.callTimeout)
@@ -239,9 +235,9 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	if reason != admitted { // a shadow breaker's pass: observed, never counted
 		if len(t.observers) > 0 {
 			end := t.now()
-			o := p.judge(req, p.classify(req, resp, err), err, upload, now, end, short, t.epoch)
+			o := p.judge(req, p.classify(req, resp, err), err, upload, now, end, t.epoch)
 			if o == OutcomeSuccess && p.bodyErrors && watchable(resp) {
-				resp.Body = t.watchBody(req, c, p, ticket{start: now}, reason, short, queued, resp.Body) // observed at the body's end
+				resp.Body = t.watchBody(req, c, p, ticket{start: now}, reason, queued, resp.Body) // observed at the body's end
 			} else {
 				t.observeShadow(req.Context(), c, reason, o, now, end, queued)
 			}
@@ -255,12 +251,12 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 	if o != OutcomeSuccess || p.slowCall > 0 || tk.probe != 0 || len(t.observers) > 0 {
 		end = t.now() // a probe's end decides whether it outlived the probe bound
 	}
-	o = p.judge(req, o, err, upload, now, end, short, t.epoch)
+	o = p.judge(req, o, err, upload, now, end, t.epoch)
 
 	g.b = nil
 	if o == OutcomeSuccess && p.bodyErrors && watchable(resp) {
 		c.release(tk)
-		resp.Body = t.watchBody(req, c, p, tk, admitted, short, queued, resp.Body) // the body's end counts the call
+		resp.Body = t.watchBody(req, c, p, tk, admitted, queued, resp.Body) // the body's end counts the call
 		tr = nil
 	} else {
 		tr = t.settle(c, tk, o, end, retryAfter(resp, o))
