@@ -211,16 +211,16 @@ func (c *circuit) wake() {
 	}
 }
 
-// wait is admission for a call under policy p that found c's bulkhead
-// full: it waits in c's line for a place, if the line as c's policy now
-// sets it has room and for as long as that policy's wait, then is
-// admitted by state. A call that joins once the breaker is open is
+// wait is admission for a call that found c's bulkhead full: it waits in
+// c's line for a place, if the line as c's policy now sets it has room
+// and for as long as that policy's wait, then is admitted by state, by
+// the settings the breaker holds when the place comes. A call that joins once the breaker is open is
 // refused as open at once, as the line was when it opened. A call still
 // waiting when an Update puts the key in ModeShadow, or that joins after
 // it did, is refused as bulkhead full with shadow set: RoundTrip lets it
 // through as a shadow breaker's pass. The error is the context's, for a
 // caller that gave up waiting; such a call counts for nothing.
-func (t *Transport) wait(req *http.Request, c *circuit, p *policy) (tk ticket, reason rejectReason, tr *transition, shadow bool, err error) {
+func (t *Transport) wait(req *http.Request, c *circuit) (tk ticket, reason rejectReason, tr *transition, shadow bool, err error) {
 	cur := c.pol.Load() // the line's length and wait, as they are now
 	if cur.queue == 0 {
 		return ticket{}, rejectBulkhead, nil, false, nil // no line
@@ -273,6 +273,8 @@ func (t *Transport) wait(req *http.Request, c *circuit, p *policy) (tk ticket, r
 		c.giveBack() // a place came as the caller left
 		return ticket{}, admitted, nil, false, ended
 	}
-	tk, reason, tr = c.admitPlaced(t.now(), p)
+	// Admitted by state under the breaker's settings as they are now:
+	// an Update while it waited may have changed its probes.
+	tk, reason, tr = c.admitPlaced(t.now(), c.pol.Load())
 	return tk, reason, tr, false, nil
 }

@@ -151,7 +151,7 @@ func TestQueueJoinerAfterTheOpenIsRefusedAtOnce(t *testing.T) {
 		req := mustReq(t, testURL)
 		c := tr.circuit(req)
 		start := time.Now()
-		_, reason, _, _, err := tr.wait(req, c, c.pol.Load()) // as if admission saw it closed
+		_, reason, _, _, err := tr.wait(req, c) // as if admission saw it closed
 		require.NoError(t, err)
 		require.Equal(t, rejectOpen, reason)
 		require.Zero(t, time.Since(start), "refused without waiting")
@@ -451,6 +451,37 @@ func TestBulkheadRaisedAdmitsItsWaitersOldestFirstUpToItsSize(t *testing.T) {
 	})
 }
 
+// TestBulkheadRaisedAdmitsAWaiterByTheProbesTheBreakerHoldsNow: a call
+// that waits in the bulkhead's line while an Update raises both the
+// bulkhead and the half-open probes is admitted, when the larger bulkhead
+// hands it a place, by the probes the breaker holds then (2), not by
+// those of the policy it joined the line under (1): a breaker's own
+// decisions are taken by the settings it holds at the moment of the
+// decision.
+func TestBulkheadRaisedAdmitsAWaiterByTheProbesTheBreakerHoldsNow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newHeldDep()
+		opts := func(bulk, probes int) []Option {
+			return []Option{WithJitter(0), WithMaxConcurrent(bulk), WithQueue(5, time.Hour),
+				WithHalfOpenProbes(probes), WithRejectAsError()}
+		}
+		tr := New(d, opts(1, 1)...)
+		tr.Trip(testKey, time.Second)
+		time.Sleep(time.Second)                     // due for half-open
+		a := send(t, context.Background(), tr, "a") // the one probe, holding the one place
+		w := send(t, context.Background(), tr, "w") // waits in the line for a place
+		synctest.Wait()
+		require.Equal(t, []string{"a"}, d.order())
+
+		require.NoError(t, tr.Update(opts(2, 2)...))
+		synctest.Wait()
+		require.Equal(t, []string{"a", "w"}, d.order(), "the waiter, handed the second place, is the second probe")
+		d.let("a", 200)
+		d.let("w", 200)
+		requireAnswered(t, a, w)
+	})
+}
+
 // TestBulkheadNewcomerQueuesBehindWaiters: a newcomer that finds a place
 // free while calls wait for one (as in the instant between an Update
 // that raised the bulkhead and its wake-up) joins the line behind them,
@@ -582,11 +613,10 @@ func TestBulkheadShadowJoinerGoesAtOnce(t *testing.T) {
 		tr := New(d, opts...)
 		h := send(t, context.Background(), tr, "h") // holds the only place
 		req := mustReq(t, testURL)
-		c := tr.circuit(req)
-		p := c.pol.Load() // the enforcing policy admission saw
+		c := tr.circuit(req) // found under enforce
 		require.NoError(t, tr.Update(append(opts, WithMode(ModeShadow))...))
 		start := time.Now()
-		tk, reason, _, shadow, err := tr.wait(req, c, p)
+		tk, reason, _, shadow, err := tr.wait(req, c)
 		require.NoError(t, err)
 		require.True(t, shadow)
 		require.Equal(t, rejectBulkhead, reason)

@@ -190,7 +190,7 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		tk, reason, tr = b.admit(now, &p.settings)
 	}
 	if reason == rejectBulkhead && !shadow {
-		tk, reason, tr, shadow, err = t.wait(req, c, p)
+		tk, reason, tr, shadow, err = t.wait(req, c)
 		joined := now
 		now = t.now() // a call timeout starts when the call leaves the line
 		queued = time.Duration(now - joined)
