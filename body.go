@@ -62,7 +62,9 @@ func (w *watchedBody) Close() error {
 }
 
 // count counts the call, the first time it is called: a success when err
-// is nil, else the classifier's verdict on err under the deadline rule.
+// is nil, else the classifier's verdict on err under the deadline rule,
+// and in both cases a failure if the call, to the body's end, outlived
+// the slow-call threshold.
 // If the classifier panics, the call counts for nothing (its probe slot
 // is freed) and the panic goes on.
 func (w *watchedBody) count(err error) {
@@ -81,9 +83,9 @@ func (w *watchedBody) count(err error) {
 			t.observeCall(w.req.Context(), w.c, w.tk, o, now, w.queued, tr)
 		}
 	}()
-	if err == nil {
-		o = OutcomeSuccess
-		return
+	o = OutcomeSuccess
+	if err != nil {
+		o = w.p.classify(w.req, nil, err)
 	}
-	o = w.p.judge(w.req, w.p.classify(w.req, nil, err), err, nil, w.tk.start, now, t.epoch)
+	o = w.p.judge(w.req, o, err, nil, w.tk.start, now, t.epoch) // a success slower than the slow-call threshold fails
 }

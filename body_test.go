@@ -165,6 +165,34 @@ func TestBodyErrorsTrip(t *testing.T) {
 	})
 }
 
+// TestBodyErrorsSlowBodyIsASlowCall: under WithBodyErrors a call lasts
+// until its body ends, so a body read to its end after the slow-call
+// threshold makes the call a failure, as slow headers do; a body read
+// within it keeps the success.
+func TestBodyErrorsSlowBodyIsASlowCall(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		after time.Duration // the body's end, after the headers
+		want  Outcome
+	}{
+		{"within the threshold", 50 * time.Millisecond, OutcomeSuccess},
+		{"past the threshold", 6 * time.Second, OutcomeFailure},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				tr := New(bodyDep(func() io.ReadCloser {
+					return &scriptedBody{data: strings.NewReader("whole"), err: io.EOF}
+				}), WithBodyErrors(), WithSlowCallThreshold(100*time.Millisecond))
+				resp, err := tr.RoundTrip(mustReq(t, "http://dep.test/x"))
+				require.NoError(t, err)
+				time.Sleep(tc.after) // synctest: the caller reads the body this late
+				readAllClose(t, resp.Body, nil)
+				require.Equal(t, tc.want, oneOutcome(t, totals(t, tr, "dep.test")))
+			})
+		})
+	}
+}
+
 func TestBodyErrorsWithoutTheOption(t *testing.T) {
 	body := &scriptedBody{data: strings.NewReader("partial"), err: io.ErrUnexpectedEOF}
 	tr := New(bodyDep(func() io.ReadCloser { return body }))

@@ -170,8 +170,10 @@ func WithFailureRate(r float64) Option {
 }
 
 // WithSlowCallThreshold makes a call that takes longer than d a failure,
-// even when it succeeds [0: off]. Zero turns the check off; a negative d
-// panics. Setting it costs one more clock read per request.
+// even when it succeeds [0: off]. A call takes until its response's
+// headers arrive, or, under WithBodyErrors, until its body ends. Zero
+// turns the check off; a negative d panics. Setting it costs one more
+// clock read per request.
 func WithSlowCallThreshold(d time.Duration) Option {
 	return slowCallRow.with(d)
 }
@@ -186,8 +188,9 @@ func WithSlowCallThreshold(d time.Duration) Option {
 // comes back with its Body wrapped, and the call counts once, when the
 // body ends:
 //
-//   - a Read that returns io.EOF, or a Close, counts a success: a caller
-//     that stops reading early has the answer it wanted;
+//   - a Read that returns io.EOF, or a Close, counts a success (a failure
+//     if the call, to then, outlived WithSlowCallThreshold): a caller that
+//     stops reading early has the answer it wanted;
 //   - a Read that returns another error is classified again, with a nil
 //     response and that error, under the deadline rule of
 //     Transport.RoundTrip: a cut body or a reset is a failure, a deadline
