@@ -214,12 +214,13 @@ func (c *circuit) wake() {
 // wait is admission for a call that found c's bulkhead full: it waits in
 // c's line for a place, if the line as c's policy now sets it has room
 // and for as long as that policy's wait, then is admitted by state, by
-// the settings the breaker holds when the place comes. A call that joins once the breaker is open is
-// refused as open at once, as the line was when it opened. A call still
-// waiting when an Update puts the key in ModeShadow, or that joins after
-// it did, is refused as bulkhead full with shadow set: RoundTrip lets it
-// through as a shadow breaker's pass. The error is the context's, for a
-// caller that gave up waiting; such a call counts for nothing.
+// the settings the breaker holds when the place comes. A call that joins
+// once the breaker is open is refused as open at once, as the line was
+// when it opened. A call still waiting when an Update puts the key in
+// ModeShadow, or that joins after it did, is refused as bulkhead full
+// with shadow set: RoundTrip lets it through as a shadow breaker's pass.
+// The error is the context's, for a caller that gave up waiting; such a
+// call counts for nothing.
 func (t *Transport) wait(req *http.Request, c *circuit) (tk ticket, reason rejectReason, tr *transition, shadow bool, err error) {
 	cur := c.pol.Load() // the line's length and wait, as they are now
 	if cur.queue == 0 {
