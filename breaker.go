@@ -694,13 +694,15 @@ func (b *breaker) displayLocked(now int64) (State, int64, Reason) {
 // operator's action, here or (fleet) on another instance, whose breaker
 // had backed off cycles failed probe cycles (the breaker backs off from
 // at least that many from now on). A trip of an open breaker is no
-// transition, but the breaker's reason becomes ReasonTrip. It reports
-// false, and does nothing, for an evicted breaker.
-func (b *breaker) trip(now int64, d time.Duration, fleet bool, cycles int) (*transition, bool) {
+// transition, but the breaker's reason becomes ReasonTrip. It returns
+// the first transition it queued, if any (delivering it delivers the
+// rest), and whether the Trip itself was one; it reports false, and does
+// nothing, for an evicted breaker.
+func (b *breaker) trip(now int64, d time.Duration, fleet bool, cycles int) (first *transition, moved, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.evicted.Load() {
-		return nil, false
+		return nil, false, false
 	}
 	b.cycles = max(b.cycles, cycles)
 	due := b.queueLocked(b.advanceLocked(now, b.cfg.Load(), false)) // an open period that is over is over: its Trip reopens it
@@ -711,9 +713,9 @@ func (b *breaker) trip(now int64, d time.Duration, fleet bool, cycles int) (*tra
 		tr.operator, tr.fleet = true, fleet
 	}
 	if b.queueLocked(tr); due != nil {
-		return due, true // the first queued: delivering it delivers the Trip's too
+		return due, tr != nil, true // the first queued: delivering it delivers the Trip's too
 	}
-	return tr, true
+	return tr, tr != nil, true
 }
 
 // reset closes the breaker at clock time now and clears its counts and

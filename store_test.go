@@ -225,6 +225,44 @@ func TestTripWithoutALocalBreakerStillReachesTheFleet(t *testing.T) {
 	})
 }
 
+// TestTripOfAHungProbeReachesTheFleet: with a Store, Trip opens the key
+// on every instance for exactly d, also when it finds a half-open
+// breaker whose probe has outlived the probe bound: time reopens it
+// first (probe_timeout), so the Trip itself is no transition, and the
+// operator's hint must still go out, after the reopening's.
+func TestTripOfAHungProbeReachesTheFleet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newMemStore()
+		opts := []Option{WithStore(s), WithMinRequests(1), WithJitter(0),
+			WithOpenTimeout(time.Second), WithMaxOpenTimeout(2 * time.Second)}
+		d := newDep(http.StatusInternalServerError)
+		a := New(d, opts...)
+		b := New(newDep(http.StatusOK), opts...)
+		_, _ = get(t, b, testURL) // b has a breaker for the key
+		_, _ = get(t, a, testURL) // a trips, and so does b through the fleet
+		require.Equal(t, StateOpen, a.State(testKey))
+
+		time.Sleep(time.Second)
+		d.block() // a's probe hangs
+		done := make(chan struct{})
+		go func() { defer close(done); _, _ = get(t, a, testURL) }()
+		synctest.Wait()
+		time.Sleep(2500 * time.Millisecond) // past the probe bound (2s)
+
+		a.Trip(testKey, time.Hour)
+		st := b.Snapshot()
+		d.release()
+		<-done
+
+		last := s.hints()[len(s.hints())-1]
+		require.True(t, last.Operator, "the fleet is told of the operator's Trip: last hint %+v", last)
+		require.Equal(t, time.Now().Add(time.Hour), last.RetryAt)
+		require.Len(t, st, 1)
+		require.Equal(t, StateOpen, st[0].State)
+		require.Equal(t, time.Hour, time.Until(st[0].RetryAt), "b is open for the Trip's hour")
+	})
+}
+
 // TestFleetCloseAfterATripEndsClosesEveryone: once an operator's Trip is
 // over, the fleet's prober probes and its published close closes every
 // instance, also one whose tripped breaker has not moved since.

@@ -407,9 +407,9 @@ func (t *Transport) tripOnce(key string, d time.Duration) bool {
 		}
 		return true
 	}
-	tr, ok := c.b.trip(now, d, false, 0)
+	tr, moved, ok := c.b.trip(now, d, false, 0)
 	if ok {
-		t.operate(c, tr, Hint{Key: key, State: StateOpen, Operator: true, RetryAt: t.until(now, d), Cycles: c.b.backoff()})
+		t.operate(tr, moved, Hint{Key: key, State: StateOpen, Operator: true, RetryAt: t.until(now, d), Cycles: c.b.backoff()})
 	}
 	return ok
 }
@@ -424,12 +424,14 @@ func (t *Transport) until(now int64, d time.Duration) time.Time {
 	return wall(t.epoch, at)
 }
 
-// operate reports the transition of an operator's action, or, when the
-// action changed no state (a Trip of an open breaker, a Reset of a closed
-// one), still tells the fleet, so that every instance does as this one.
-func (t *Transport) operate(c *circuit, tr *transition, h Hint) {
-	if tr == nil && t.member != nil {
-		t.member.Publish(h)
+// operate reports the transitions an operator's action queued, first tr,
+// and, when the action itself changed no state (moved is false: a Trip of
+// an open breaker, even one that time had just reopened, or a Reset of a
+// closed one), still tells the fleet h, so that every instance does as
+// this one: the report of the action's own transition would.
+func (t *Transport) operate(tr *transition, moved bool, h Hint) {
+	if !moved && t.member != nil {
+		defer t.member.Publish(h) // after the transitions time made first, as their order was, even if a hook panics
 	}
 	t.notify(tr)
 }
@@ -441,7 +443,8 @@ func (t *Transport) operate(c *circuit, tr *transition, h Hint) {
 func (t *Transport) Reset(key string) {
 	key = canonicalHostKey(key)
 	if c := t.breakers.get(key); c != nil {
-		t.operate(c, c.b.reset(t.now(), false), Hint{Key: key, State: StateClosed, Operator: true})
+		tr := c.b.reset(t.now(), false)
+		t.operate(tr, tr != nil, Hint{Key: key, State: StateClosed, Operator: true})
 	} else if t.member != nil {
 		t.member.Publish(Hint{Key: key, State: StateClosed, Operator: true}) // other instances may have one
 	}
