@@ -146,7 +146,7 @@ type Call struct {
 // caller, and the transition its call caused is still reported. A
 // Transition that panics (or a WithOnTransition hook, or a Store's
 // Publish) reaches the caller too, once every other observer has been
-// told of that transition.
+// told of that transition and of those queued after it.
 type Observer interface {
 	Transition(Transition)
 	Call(ctx context.Context, c Call)
@@ -233,32 +233,36 @@ func (o *outbox) deliver(report func(*transition)) {
 		return
 	}
 	o.busy = true
+	o.drainLocked(report)
+}
+
+// drainLocked reports the queued transitions, oldest first, and leaves
+// the outbox idle. Call it with mu held and busy set; it returns with mu
+// released. A report that panics does not keep the transitions queued
+// after it from being reported: they are, as its panic goes on to the
+// caller.
+func (o *outbox) drainLocked(report func(*transition)) {
 	for len(o.q) > 0 {
 		tr := o.q[0]
 		o.q[0] = nil
 		o.q = o.q[1:]
 		o.mu.Unlock()
-		o.reportOne(report, tr)
+		done := false
+		func() {
+			defer func() {
+				if !done {
+					o.mu.Lock()
+					o.drainLocked(report)
+				}
+			}()
+			report(tr)
+			done = true
+		}()
 		o.mu.Lock()
 	}
 	o.q = nil
 	o.busy = false
 	o.mu.Unlock()
-}
-
-// reportOne reports tr; a hook that panics leaves the outbox idle, for
-// the next caller to deliver what is left.
-func (o *outbox) reportOne(report func(*transition), tr *transition) {
-	done := false
-	defer func() {
-		if !done {
-			o.mu.Lock()
-			o.busy = false
-			o.mu.Unlock()
-		}
-	}()
-	report(tr)
-	done = true
 }
 
 // notify delivers the transitions queued with tr, if there is one, in

@@ -492,3 +492,33 @@ func TestPanicInAProbePastItsBoundReportsTheReopening(t *testing.T) {
 		}, log.list())
 	})
 }
+
+// TestPanicInAHookDoesNotHoldBackTheNextTransition: a Trip of a breaker
+// whose open period is over makes two transitions in one step
+// (open→half-open, then half-open→open for the Trip); a hook that panics
+// on the first does not hold the Trip's back from the observers until
+// some later transition of the key: both are told as the panic goes on.
+func TestPanicInAHookDoesNotHoldBackTheNextTransition(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		d := newDep(500)
+		tr := tripped(t, d, WithObserver(rec), WithOnTransition(func(x Transition) {
+			if x.Reason == ReasonOpenElapsed {
+				panic(panicValue)
+			}
+		}))
+		time.Sleep(time.Second) // the open period is over
+		func() {
+			defer func() { require.Equal(t, panicValue, recover()) }()
+			tr.Trip(testKey, time.Hour)
+		}()
+		require.Equal(t, StateOpen, tr.State(testKey), "tripped for an hour")
+		_ = tr.Snapshot()
+		var got []Reason
+		for _, x := range rec.transitions() {
+			got = append(got, x.Reason)
+		}
+		require.Equal(t, []Reason{ReasonFailureRate, ReasonOpenElapsed, ReasonTrip}, got,
+			"the observer is told of the Trip")
+	})
+}
