@@ -719,10 +719,15 @@ func (b *breaker) trip(now int64, d time.Duration, fleet bool, cycles int) (firs
 }
 
 // reset closes the breaker at clock time now and clears its counts and
-// backoff: an operator's action, here or (fleet) on another instance.
+// backoff: an operator's action, here or (fleet) on another instance. An
+// evicted breaker is left as it is: no caller reaches it any more, and a
+// transition of its would be told beside those of its key's next breaker.
 func (b *breaker) reset(now int64, fleet bool) *transition {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.evicted.Load() {
+		return nil
+	}
 	tr := b.closeLocked(now, ReasonReset)
 	if tr != nil {
 		tr.operator, tr.fleet = true, fleet

@@ -162,13 +162,18 @@ type fleet interface {
 // down for d more, after cycles failed probe cycles: a closed breaker
 // opens for d, but never for longer than its maximum open timeout; an
 // open one stays open at least that long; and in any state the breaker
-// backs off from at least cycles from now on.
+// backs off from at least cycles from now on. An evicted breaker takes
+// no hint: its key's next breaker learns what the fleet knows when it is
+// made (see Transport.create).
 func (b *breaker) hintOpen(now int64, d time.Duration, cycles int) *transition {
 	if d <= 0 {
 		return nil
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.evicted.Load() {
+		return nil
+	}
 	b.cycles = max(b.cycles, cycles)
 	d = min(d, b.cfg.Load().maxOpenTimeout)
 	switch stateOf(b.word.Load()) {
@@ -197,11 +202,12 @@ func (b *breaker) backoff() int {
 
 // hintClose takes a fleet's word at clock time now that the dependency
 // is back: an open or half-open breaker closes, unless an operator's
-// trip still holds it (only a reset, or the trip's end, closes that).
+// trip still holds it (only a reset, or the trip's end, closes that). An
+// evicted breaker takes no hint.
 func (b *breaker) hintClose(now int64) *transition {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if stateOf(b.word.Load()) == StateClosed || b.operator && now < b.retryAt.Load() {
+	if b.evicted.Load() || stateOf(b.word.Load()) == StateClosed || b.operator && now < b.retryAt.Load() {
 		return nil // an operator's trip holds until its end, or Reset
 	}
 	tr := b.closeLocked(now, ReasonFleet)

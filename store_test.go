@@ -263,6 +263,33 @@ func TestTripOfAHungProbeReachesTheFleet(t *testing.T) {
 	})
 }
 
+// TestADroppedBreakerTakesNoHint: a hint, or a Reset, that finds a
+// breaker an Update has just dropped (its key switched to ModeOff) moves
+// it no more: no caller reaches it, and its transitions would be told
+// beside those of the key's next breaker. Each reaches a circuit found
+// before the Update, as a hint racing it does.
+func TestADroppedBreakerTakesNoHint(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var log transitionLog
+		tr := New(newDep(200), WithOnTransition(log.record))
+		for _, k := range []string{"open.test", "closed.test"} {
+			_, _ = get(t, tr, "http://"+k+"/")
+		}
+		tr.Trip("open.test", time.Hour)
+		open, closed := tr.breakers.get("open.test"), tr.breakers.get("closed.test")
+		require.NoError(t, tr.Update(WithPolicy("*.test", WithMode(ModeOff))))
+		before := log.list()
+
+		tr.take(closed, Hint{Key: "closed.test", State: StateOpen, RetryAt: time.Now().Add(time.Hour)})
+		tr.take(open, Hint{Key: "open.test", State: StateClosed})
+		tr.take(open, Hint{Key: "open.test", State: StateClosed, Operator: true})
+		tr.notify(open.b.reset(tr.now(), false))
+		require.Equal(t, before, log.list(), "no transition of a dropped breaker")
+		require.Equal(t, StateClosed, stateOf(closed.b.word.Load()), "the closed one stays closed")
+		require.Equal(t, StateOpen, stateOf(open.b.word.Load()), "the open one stays open")
+	})
+}
+
 // TestFleetCloseAfterATripEndsClosesEveryone: once an operator's Trip is
 // over, the fleet's prober probes and its published close closes every
 // instance, also one whose tripped breaker has not moved since.
