@@ -197,7 +197,10 @@ type breaker struct {
 	epoch   time.Time // the wall time of clock time 0, for transitions' At
 
 	// out delivers the breaker's transitions in order, with no lock held.
-	out outbox
+	// A breaker made for a key whose breaker before it was dropped while
+	// its transitions were still being told shares that one's, so that
+	// hooks for one key never overlap (see Transport.update).
+	out *outbox
 
 	mu          sync.Mutex
 	since       int64                     // clock time the current state began; guarded by mu
@@ -227,6 +230,7 @@ func newBreaker(key string, s *settings, epoch time.Time, now int64, f fleet) *b
 // init makes b, which must be new, the breaker newBreaker returns.
 func (b *breaker) init(key string, s *settings, epoch time.Time, now int64, f fleet) {
 	b.key, b.fleet, b.epoch, b.since, b.genSince, b.created = key, f, epoch, now, now, now
+	b.out = new(outbox)
 	b.cfg.Store(s)
 	b.win.init(int64(s.window))
 	b.jitterDraw = rand.Uint64()

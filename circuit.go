@@ -95,6 +95,10 @@ func (t *Transport) create(req *http.Request, key string) *circuit {
 	pol := t.policies.Load().of(key)
 	c.pol.Store(pol)
 	c.b.init(strings.Clone(key), &pol.settings, t.epoch, now, t.member) // the key: not the request's memory
+	if o := t.telling[key]; o != nil {
+		c.b.out = o // its hooks may still run for the breaker before
+		delete(t.telling, key)
+	}
 	t.breakers.insert(c)
 	t.mu.Unlock()
 	t.learn(c)

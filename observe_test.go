@@ -483,3 +483,34 @@ func TestNewAttachesAnAttacherToItsTransport(t *testing.T) {
 	two := New(newDep(200), WithObserver(a))
 	require.Equal(t, []*Transport{one, two}, a.attached)
 }
+
+// TestHooksOfAKeySwitchedOffAndBackNeverOverlap: hooks for one key never
+// run at the same time, also when Update switches the key to ModeOff and
+// back while a hook of its breaker still runs: the key's new breaker
+// tells its transitions after the old one's, on the same goroutine.
+func TestHooksOfAKeySwitchedOffAndBackNeverOverlap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var running, overlap, calls atomic.Int32
+		hold := make(chan struct{})
+		tr := New(newDep(200), WithOnTransition(func(x Transition) {
+			if running.Add(1) > 1 {
+				overlap.Add(1)
+			}
+			if calls.Add(1) == 1 {
+				<-hold // a slow hook, on the first transition
+			}
+			running.Add(-1)
+		}))
+		_, _ = get(t, tr, testURL)     // the key has a breaker
+		go tr.Trip(testKey, time.Hour) // its hook blocks
+		synctest.Wait()
+		require.NoError(t, tr.Update(WithPolicy(testKey, WithMode(ModeOff))))
+		require.NoError(t, tr.Update()) // back on: a new, closed breaker
+		tr.Trip(testKey, time.Hour)     // its hook runs now
+		got := overlap.Load()
+		close(hold)
+		synctest.Wait()
+		require.EqualValues(t, 2, calls.Load())
+		require.Zero(t, got, "two hooks for %s ran at the same time", testKey)
+	})
+}

@@ -55,6 +55,10 @@ type Transport struct {
 	// by Update, which may drop breakers or make them idle. Until then
 	// there is no room for a new breaker, which create learns without mu.
 	nextEvict atomic.Int64
+	// telling is, by key, the outbox of a breaker an Update dropped while
+	// its transitions were still being told: the key's next breaker
+	// shares it (see Transport.update). Guarded by mu.
+	telling map[string]*outbox
 }
 
 var _ http.RoundTripper = (*Transport)(nil)

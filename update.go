@@ -101,12 +101,25 @@ func (t *Transport) update(opts []Option) error {
 		}
 		return true
 	})
+	for key, o := range t.telling {
+		if o.quiet() {
+			delete(t.telling, key)
+		}
+	}
 	for _, k := range gone {
 		t.breakers.remove(k)
 		k.b.mu.Lock()
 		k.b.evicted.Store(true)
 		k.b.mu.Unlock()
 		k.bulk.letGo() // after evicted: what they answer counts nowhere
+		if !k.b.out.quiet() {
+			// Its hooks may still run: the key's next breaker tells its
+			// transitions through the same outbox, after these.
+			if t.telling == nil {
+				t.telling = make(map[string]*outbox)
+			}
+			t.telling[k.key()] = k.b.out
+		}
 	}
 	// Breakers gone, or made evictable (a key off, a shorter window): the
 	// next new key looks for room at once.
