@@ -448,12 +448,12 @@ func (b *breaker) maybeTrip(w uint64, now int64, s *settings, o Outcome) *transi
 	sustained := b.throttleSustained(now, c, s, o == OutcomeThrottled)
 	reason := ReasonFailureRate
 	bad := c[OutcomeFailure]
-	if float64(bad) < s.failureRate*float64(req) {
+	if !atRate(bad, req, s.failureRate) {
 		if !sustained || o == OutcomeSuccess {
 			return nil
 		}
 		reason = ReasonThrottled
-		if bad += c[OutcomeThrottled]; float64(bad) < s.failureRate*float64(req) {
+		if bad += c[OutcomeThrottled]; !atRate(bad, req, s.failureRate) {
 			return nil
 		}
 	}
@@ -463,6 +463,14 @@ func (b *breaker) maybeTrip(w uint64, now int64, s *settings, o Outcome) *transi
 		return nil // decided already, or evicted: the outcome counts for the key's next breaker (see Transport.settle)
 	}
 	return b.queueLocked(b.openLocked(now, b.openDuration(now, s, b.cycles), reason, countsOf(c)))
+}
+
+// atRate reports whether n of req outcomes reach the rate r, as
+// WithFailureRate reads it: n/req ≥ r. The quotient is exact where n/req
+// is r (7 of 50 is 0.14), where r·req may round past n (0.14·50 is
+// 7.000000000000001 in float64).
+func atRate(n, req int64, r float64) bool {
+	return req > 0 && float64(n)/float64(req) >= r
 }
 
 // throttleSustained reports whether 429s have made up the failure rate of
@@ -476,7 +484,7 @@ func (b *breaker) maybeTrip(w uint64, now int64, s *settings, o Outcome) *transi
 // break it while the window still shows them making up the rate: 429s
 // that arrive in batches count as sustained as a steady stream does.
 func (b *breaker) throttleSustained(now int64, c counts, s *settings, throttled bool) bool {
-	if float64(c[OutcomeThrottled]) < s.failureRate*float64(c.requests()) {
+	if !atRate(c[OutcomeThrottled], c.requests(), s.failureRate) {
 		b.throttleSince.Store(0) // the condition stopped holding: the streak is over
 		return false
 	}

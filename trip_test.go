@@ -2,6 +2,7 @@ package httpbreaker
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
 	"math"
 	"net/http"
@@ -49,6 +50,28 @@ func TestTripsAtTheDefaultMinimumAndRate(t *testing.T) {
 		))
 	})
 	// A higher minimum and rate: TestBreakerNeedsTheMinimumVolumeAndRate.
+}
+
+// TestTripsAtExactlyTheRate: a window exactly at the failure rate trips,
+// also where rate·requests rounds past the failures in float64 (0.14·50
+// is 7.000000000000001).
+func TestTripsAtExactlyTheRate(t *testing.T) {
+	for _, tc := range []struct {
+		rate               float64
+		requests, failures int
+	}{{0.14, 50, 7}, {0.07, 100, 7}, {0.28, 25, 7}, {0.56, 25, 14}, {0.55, 100, 55}, {0.5, 20, 10}} {
+		t.Run(fmt.Sprint(tc.failures, "/", tc.requests), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				d := newDep(200)
+				tr := New(d, WithMinRequests(tc.requests), WithFailureRate(tc.rate))
+				run(t, tr, d, steps(
+					rep(tc.requests-tc.failures, ok200),
+					rep(tc.failures-1, fail500),
+					step{code: 500, sent: true, want: StateOpen},
+				))
+			})
+		})
+	}
 }
 
 func TestFourxxAndIgnoredNeverTrip(t *testing.T) {
