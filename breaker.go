@@ -343,16 +343,22 @@ func (b *breaker) count(tk ticket, o Outcome, now int64, retryAfter time.Duratio
 	case o == OutcomeFailure || o == OutcomeThrottled:
 		b.noteRetryAfter(retryAfter, now)
 		return b.maybeTrip(w, now, b.cfg.Load(), o)
-	case o == OutcomeSuccess && (b.throttleSince.Load() != 0 || b.recheck.Load()):
-		// A success may interrupt a streak of 429s, which must hold
-		// without interruption; after an Update, the rule may be met
-		// already.
+	case o == OutcomeSuccess && b.successDecides():
 		if b.recheck.Load() {
 			b.recheck.Store(false)
 		}
 		return b.maybeTrip(w, now, b.cfg.Load(), o)
 	}
 	return nil
+}
+
+// successDecides reports whether a success, counted now, checks the trip
+// rule: a success may interrupt a streak of 429s, which must hold without
+// interruption, and after an Update the rule may be met already. Such a
+// success's clock time must be when it ended, not when it was admitted:
+// a trip it causes happens then (see Transport.RoundTrip).
+func (b *breaker) successDecides() bool {
+	return b.throttleSince.Load() != 0 || b.recheck.Load()
 }
 
 // countProbe is count for a half-open probe: it frees the probe's slot

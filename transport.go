@@ -154,8 +154,9 @@ func (t *Transport) now() int64 { return int64(time.Since(t.epoch)) }
 //
 // Time: the request path reads the clock once, at admission. A success
 // counts in the window at that time; any other outcome, a half-open
-// probe, and every call under a slow-call threshold read the clock again
-// and count when the call ended.
+// probe, every call under a slow-call threshold, and a success that may
+// trip the breaker (after an Update, or while 429s make up the rate)
+// read the clock again and count when the call ended.
 func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error) {
 	if req == nil {
 		return nil, errors.New("httpbreaker: nil Request")
@@ -252,8 +253,8 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 
 	o := p.classify(req, resp, err)
 	end := now
-	if o != OutcomeSuccess || p.slowCall > 0 || tk.probe != 0 || len(t.observers) > 0 {
-		end = t.now() // a probe's end decides whether it outlived the probe bound
+	if o != OutcomeSuccess || p.slowCall > 0 || tk.probe != 0 || len(t.observers) > 0 || b.successDecides() {
+		end = t.now() // a probe's end decides whether it outlived the probe bound; a trip happens when the call ended
 	}
 	o = p.judge(req, o, err, upload, now, end, t.epoch)
 

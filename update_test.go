@@ -442,3 +442,61 @@ func TestUpdateModeOffCountsNothingInFlight(t *testing.T) {
 		require.Empty(t, s.hints(), "nothing told to the fleet")
 	})
 }
+
+// TestUpdateRecheckOpensForTheOpenTimeoutFromNow: the first outcome after
+// an Update that finds the window at the new minimum trips the breaker,
+// even a success of a call admitted before it, and the open period runs
+// the open timeout from then, not from the call's admission: a call
+// longer than the open timeout must not open a breaker already due to
+// probe.
+func TestUpdateRecheckOpensForTheOpenTimeoutFromNow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		gate := make(chan struct{})
+		var calls atomic.Int64
+		next := rtFunc(func(req *http.Request) (*http.Response, error) {
+			calls.Add(1)
+			if req.Header.Get("X-ID") == "slow" {
+				<-gate
+				return response(req, 200, nil), nil
+			}
+			return response(req, 500, nil), nil
+		})
+		var log transitionLog
+		opts := []Option{WithWindow(time.Minute), WithJitter(0), WithOpenTimeout(5 * time.Second)}
+		tr := New(next, append(opts, WithMinRequests(100), WithOnTransition(log.record))...)
+		for range 10 {
+			_, _ = get(t, tr, testURL) // 10 failures: below the minimum of 100
+		}
+		require.Equal(t, StateClosed, tr.State(testKey))
+
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			req := mustReq(t, testURL)
+			req.Header.Set("X-ID", "slow")
+			resp, err := tr.RoundTrip(req)
+			if err == nil {
+				resp.Body.Close()
+			}
+		}()
+		synctest.Wait() // the slow call is admitted and waits in next
+
+		time.Sleep(6 * time.Second)
+		require.NoError(t, tr.Update(append(opts, WithMinRequests(10))...))
+		updated := time.Now()
+		close(gate) // the slow call succeeds: the first outcome after the Update
+		<-done
+
+		require.Len(t, log.got, 1, "the success after the Update trips the breaker")
+		got := log.got[0]
+		require.Equal(t, StateOpen, got.To)
+		require.Equal(t, 5*time.Second, got.OpenFor)
+		require.Equal(t, StateOpen, tr.State(testKey), "open for the new open timeout from now")
+		before := calls.Load()
+		resp, err := get(t, tr, testURL)
+		require.NoError(t, err)
+		require.True(t, IsRejected(resp), "the next request is refused, not sent as a probe")
+		require.Equal(t, before, calls.Load())
+		require.False(t, got.At.Before(updated), "the trip happened after the Update, not %v before it", updated.Sub(got.At))
+	})
+}
