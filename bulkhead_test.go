@@ -790,3 +790,32 @@ func TestOpenWithFullBulkheadTellsWhenItOpens(t *testing.T) {
 		d.release()
 	})
 }
+
+// TestBulkheadRefusalOfABreakerDueToProbeSaysHalfOpen: a full bulkhead
+// refuses a call to a breaker whose open period has ended, and which no
+// call has moved yet, with the state State shows, half-open: never
+// StateOpen, which RejectedError.State keeps for a breaker that refuses
+// because it is open.
+func TestBulkheadRefusalOfABreakerDueToProbeSaysHalfOpen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDep(200)
+		d.block()
+		tr := New(d, WithMaxConcurrent(1), WithRejectAsError(), WithJitter(0))
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = get(t, tr, testURL) // holds the bulkhead's one place
+		}()
+		defer func() { d.release(); <-done }() // also when a require fails
+		synctest.Wait()
+		tr.Trip(testKey, time.Second)
+		time.Sleep(time.Second) // the open period is over: due for half-open
+
+		_, err := tr.RoundTrip(mustReq(t, testURL))
+		var rej *RejectedError
+		require.ErrorAs(t, err, &rej)
+		require.ErrorIs(t, err, ErrBulkheadFull)
+		require.NotEqual(t, StateOpen, rej.State, "a bulkhead refusal is never StateOpen (RejectedError.State's doc)")
+		require.Equal(t, StateHalfOpen, tr.State(testKey))
+	})
+}

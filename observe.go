@@ -360,7 +360,7 @@ func (t *Transport) observe(ctx context.Context, c Call) {
 // clock time start, after queued in the bulkhead's line, with outcome o
 // at end.
 func (t *Transport) observeShadow(ctx context.Context, c *circuit, reason rejectReason, o Outcome, start, end int64, queued time.Duration) {
-	t.observe(ctx, Call{Key: c.key(), State: c.refusedState(reason), Outcome: o, Rejected: reason.String(),
+	t.observe(ctx, Call{Key: c.key(), State: c.refusedState(reason, start), Outcome: o, Rejected: reason.String(),
 		Shadow: true, Duration: time.Duration(end - start), QueueWait: queued})
 }
 

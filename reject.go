@@ -145,15 +145,21 @@ func (c *circuit) retryIn(reason rejectReason, now int64) time.Duration {
 	return time.Second
 }
 
-// refusedState is the breaker's state as a refusal for reason shows it.
-func (c *circuit) refusedState(reason rejectReason) State {
+// refusedState is the breaker's state at clock time now as a refusal for
+// reason shows it. A full bulkhead, or a spent retry budget, refuses
+// whatever the state, and shows it as State would: an open breaker whose
+// open period has ended, which no call has moved yet, is half-open.
+func (c *circuit) refusedState(reason rejectReason, now int64) State {
 	switch reason {
 	case rejectOpen:
 		return StateOpen
 	case rejectHalfOpen:
 		return StateHalfOpen
 	}
-	return stateOf(c.b.word.Load())
+	if s := stateOf(c.b.word.Load()); s == StateClosed {
+		return s
+	}
+	return c.b.displayed(now)
 }
 
 // maxAdvertisedRetry caps the Retry-After of a synthetic 503: a breaker
@@ -227,7 +233,7 @@ func (t *Transport) rejectedError(c *circuit, reason rejectReason, now int64) *R
 		if reason == rejectRetryBudget {
 			cause = ErrRetryBudget
 		}
-		return &RejectedError{Key: c.key(), State: stateOf(c.b.word.Load()), RetryAt: wall(t.epoch, later(now, time.Second)), cause: cause}
+		return &RejectedError{Key: c.key(), State: c.refusedState(reason, now), RetryAt: wall(t.epoch, later(now, time.Second)), cause: cause}
 	}
 	return &RejectedError{Key: c.key(), State: StateHalfOpen, RetryAt: wall(t.epoch, later(now, time.Second))}
 }

@@ -217,7 +217,7 @@ func (t *Transport) RoundTrip(req *http.Request) (resp *http.Response, err error
 		if !shadow {
 			c.rejected[reason].Add(1)
 			if len(t.observers) > 0 {
-				t.observe(req.Context(), Call{Key: c.key(), State: c.refusedState(reason), Outcome: OutcomeIgnored,
+				t.observe(req.Context(), Call{Key: c.key(), State: c.refusedState(reason, now), Outcome: OutcomeIgnored,
 					Rejected: reason.String(), QueueWait: queued, RetryAfter: c.retryIn(reason, now)})
 			}
 			closeBody(req) // first: a fallback that panics must not leak it
