@@ -22,7 +22,7 @@ func later(now int64, d time.Duration) int64 {
 	switch {
 	case d > 0 && int64(d) > math.MaxInt64-now:
 		return never
-	case d < 0 && int64(d) < math.MinInt64-now:
+	case d < 0 && now < 0 && int64(d) < math.MinInt64-now: // from a now ≥ 0 no d reaches past the start (and MinInt64-now would wrap)
 		return math.MinInt64
 	}
 	return now + int64(d)

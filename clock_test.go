@@ -353,3 +353,24 @@ func extremeScenario(t *testing.T, opts []Option) {
 	calls(5)
 	look()
 }
+
+// TestLaterSaturatesOnlyAtTheClocksEnds: later adds d to a clock time,
+// either way, and saturates only a sum the clock cannot hold.
+func TestLaterSaturatesOnlyAtTheClocksEnds(t *testing.T) {
+	for _, tc := range []struct {
+		now  int64
+		d    time.Duration
+		want int64
+	}{
+		{10, 5, 15},
+		{10, -5, 5},
+		{10, math.MinInt64, 10 + math.MinInt64},
+		{0, math.MinInt64, math.MinInt64},
+		{-10, math.MinInt64, math.MinInt64},
+		{-10, -5, -15},
+		{math.MaxInt64 - 1, 5, never},
+		{10, math.MaxInt64, never},
+	} {
+		require.Equal(t, tc.want, later(tc.now, tc.d), "later(%d, %d)", tc.now, tc.d)
+	}
+}
