@@ -20,9 +20,11 @@ const never = math.MaxInt64
 // a d the clock cannot reach gives never.
 func later(now int64, d time.Duration) int64 {
 	switch {
-	case d > 0 && int64(d) > math.MaxInt64-now:
+	// Only a sum of two terms of one sign can pass an end (and only then
+	// does the bound not wrap).
+	case d > 0 && now > 0 && int64(d) > math.MaxInt64-now:
 		return never
-	case d < 0 && now < 0 && int64(d) < math.MinInt64-now: // from a now ≥ 0 no d reaches past the start (and MinInt64-now would wrap)
+	case d < 0 && now < 0 && int64(d) < math.MinInt64-now:
 		return math.MinInt64
 	}
 	return now + int64(d)

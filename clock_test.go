@@ -368,6 +368,8 @@ func TestLaterSaturatesOnlyAtTheClocksEnds(t *testing.T) {
 		{0, math.MinInt64, math.MinInt64},
 		{-10, math.MinInt64, math.MinInt64},
 		{-10, -5, -15},
+		{-10, 5, -5},
+		{math.MinInt64, math.MaxInt64, -1},
 		{math.MaxInt64 - 1, 5, never},
 		{10, math.MaxInt64, never},
 	} {
