@@ -95,8 +95,8 @@ func (t *Transport) create(req *http.Request, key string) *circuit {
 	pol := t.policies.Load().of(key)
 	c.pol.Store(pol)
 	c.b.init(strings.Clone(key), &pol.settings, t.epoch, now, t.member) // the key: not the request's memory
-	if o := t.telling[key]; o != nil {
-		c.b.out = o // its hooks may still run for the breaker before
+	if o := t.telling[key]; o != nil && pol.mode != ModeOff {
+		c.b.out = o // its hooks may still run for the breaker before (a key's off circuit, evictable at any time, has none to run)
 		delete(t.telling, key)
 	}
 	t.breakers.insert(c)

@@ -514,3 +514,38 @@ func TestHooksOfAKeySwitchedOffAndBackNeverOverlap(t *testing.T) {
 		require.Zero(t, got, "two hooks for %s ran at the same time", testKey)
 	})
 }
+
+// TestHooksNeverOverlapWhenTheOffCircuitIsEvicted: the outbox an Update
+// keeps for a key dropped to ModeOff waits for the key's next breaker,
+// not for the circuit that says the key is off, which the cap may evict
+// at any time and the outbox with it.
+func TestHooksNeverOverlapWhenTheOffCircuitIsEvicted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var running, overlap, calls atomic.Int32
+		hold := make(chan struct{})
+		tr := New(newDep(200), WithMaxBreakers(1), WithOnTransition(func(x Transition) {
+			if running.Add(1) > 1 {
+				overlap.Add(1)
+			}
+			if calls.Add(1) == 1 {
+				<-hold // a slow hook, on the first transition
+			}
+			running.Add(-1)
+		}))
+		_, _ = get(t, tr, testURL)     // the key has a breaker
+		go tr.Trip(testKey, time.Hour) // its hook blocks
+		synctest.Wait()
+		require.NoError(t, tr.Update(WithPolicy(testKey, WithMode(ModeOff))))
+		_, _ = get(t, tr, testURL)              // an off circuit for the key: it takes the kept outbox
+		_, _ = get(t, tr, "http://other.test/") // the cap evicts the off circuit
+		require.Nil(t, tr.breakers.get(testKey))
+		require.NoError(t, tr.Update()) // back on
+		time.Sleep(11 * time.Second)    // other.test is idle: room for the key again
+		tr.Trip(testKey, time.Hour)     // its hook runs now
+		got := overlap.Load()
+		close(hold)
+		synctest.Wait()
+		require.EqualValues(t, 2, calls.Load())
+		require.Zero(t, got, "two hooks for %s ran at the same time", testKey)
+	})
+}
