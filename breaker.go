@@ -142,6 +142,7 @@ type transition struct {
 	cycles     int   // failed probe cycles behind this open period, when To is StateOpen
 	operator   bool  // opened or closed by Trip or Reset
 	fleet      bool  // caused by a Store hint: not published back
+	hintOnly   bool  // no transition, only the fleet's hint of an operator's action (see breaker.operatorHint)
 	next       *transition
 	box        *outbox // the breaker's outbox it is queued in
 }
@@ -712,34 +713,42 @@ func (b *breaker) displayLocked(now int64) (State, int64, Reason) {
 // operator's action, here or (fleet) on another instance, whose breaker
 // had backed off cycles failed probe cycles (the breaker backs off from
 // at least that many from now on). A trip of an open breaker is no
-// transition, but the breaker's reason becomes ReasonTrip. It returns
-// the first transition it queued, if any (delivering it delivers the
-// rest), and whether the Trip itself was one; it reports false, and does
+// transition, but the breaker's reason becomes ReasonTrip, and the fleet
+// is still told (see operatorHint). It returns the first transition it
+// queued (delivering it delivers the rest), and reports false, doing
 // nothing, for an evicted breaker.
-func (b *breaker) trip(now int64, d time.Duration, fleet bool, cycles int) (first *transition, moved, ok bool) {
+func (b *breaker) trip(now int64, d time.Duration, fleet bool, cycles int) (*transition, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.evicted.Load() {
-		return nil, false, false
+		return nil, false
 	}
 	b.cycles = max(b.cycles, cycles)
 	due := b.queueLocked(b.advanceLocked(now, b.cfg.Load(), false)) // an open period that is over is over: its Trip reopens it
 	tr := b.openLocked(now, d, ReasonTrip, b.countsLocked(now))
 	b.operator = true
 	b.reason = ReasonTrip
+	if tr == nil {
+		tr = b.operatorHint(StateOpen, fleet)
+		if tr != nil {
+			tr.retryAt, tr.cycles = b.retryAt.Load(), b.cycles
+		}
+	}
 	if tr != nil {
 		tr.operator, tr.fleet = true, fleet
 	}
 	if b.queueLocked(tr); due != nil {
-		return due, tr != nil, true // the first queued: delivering it delivers the Trip's too
+		return due, true // the first queued: delivering it delivers the Trip's too
 	}
-	return tr, tr != nil, true
+	return tr, true
 }
 
 // reset closes the breaker at clock time now and clears its counts and
-// backoff: an operator's action, here or (fleet) on another instance. An
-// evicted breaker is left as it is: no caller reaches it any more, and a
-// transition of its would be told beside those of its key's next breaker.
+// backoff: an operator's action, here or (fleet) on another instance. A
+// reset of a closed breaker is no transition, but the fleet is still told
+// (see operatorHint). An evicted breaker is left as it is: no caller
+// reaches it any more, and a transition of its would be told beside those
+// of its key's next breaker.
 func (b *breaker) reset(now int64, fleet bool) *transition {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -747,10 +756,27 @@ func (b *breaker) reset(now int64, fleet bool) *transition {
 		return nil
 	}
 	tr := b.closeLocked(now, ReasonReset)
+	if tr == nil {
+		tr = b.operatorHint(StateClosed, fleet)
+	}
 	if tr != nil {
 		tr.operator, tr.fleet = true, fleet
 	}
 	return b.queueLocked(tr)
+}
+
+// operatorHint is, for an operator's action here that moved the breaker
+// to no new state (a Trip of an open breaker, a Reset of a closed one),
+// the entry that tells the fleet of it all the same, so that every
+// instance does as this one: queued in the outbox like a transition, it
+// is published after what the breaker did before it, and told to no hook,
+// observer or log (see Transport.report). It is nil for an action a fleet
+// hint carried here, and without a Store. Requires mu held.
+func (b *breaker) operatorHint(s State, fleet bool) *transition {
+	if fleet || b.fleet == nil {
+		return nil
+	}
+	return &transition{Transition: Transition{Key: b.key, From: s, To: s}, hintOnly: true}
 }
 
 // idle reports whether the breaker can be evicted at clock time now:

@@ -77,7 +77,7 @@ func runMachine(t *testing.T, s settings, f fleet, rows []mrow) (*breaker, []str
 			require.True(t, ok, "row %d: no call %q", i, r.id)
 			note(b.count(tk, r.o, now, r.d))
 		case "trip":
-			tr, _, ok := b.trip(now, r.d, false, 0)
+			tr, ok := b.trip(now, r.d, false, 0)
 			require.True(t, ok, "row %d: a live breaker trips", i)
 			note(tr)
 		case "reset":

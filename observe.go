@@ -297,11 +297,13 @@ func logTransition(l *slog.Logger, tr *Transition) {
 }
 
 // report tells everyone of one transition: the bulkhead's waiting line
-// (refused as open), the fleet, the log, the hook and the observers. A
+// (refused as open), the fleet, the log, the hook and the observers; an
+// operator's action that moved nothing (see breaker.operatorHint), the
+// fleet alone. A
 // Store, hook or observer that panics does not keep it from those after
 // it.
 func (t *Transport) report(tr *transition) {
-	if tr.To == StateOpen {
+	if tr.To == StateOpen && !tr.hintOnly {
 		if c := t.breakers.get(tr.Key); c != nil && c.bulk.waiting.Load() > 0 {
 			c.bulk.refuseAll() // calls waiting for the bulkhead are refused as open
 		}
@@ -318,6 +320,10 @@ func (t *Transport) report(tr *transition) {
 		case StateClosed:
 			tell = append(tell, func() { s.Publish(Hint{Key: tr.Key, State: StateClosed, Operator: tr.operator}) })
 		}
+	}
+	if tr.hintOnly {
+		callEach(tell) // an operator's action that moved nothing: the fleet alone hears of it
+		return
 	}
 	if l := t.logger; l != nil {
 		tell = append(tell, func() { logTransition(l, &tr.Transition) })

@@ -141,7 +141,7 @@ func (t *Transport) take(c *circuit, h Hint) {
 				return
 			}
 		}
-		tr, _, _ := c.b.trip(t.now(), d, true, h.Cycles) // an evicted breaker's key learns it by Lookup when made again
+		tr, _ := c.b.trip(t.now(), d, true, h.Cycles) // an evicted breaker's key learns it by Lookup when made again
 		t.notify(tr)
 	case h.State == StateOpen:
 		t.notify(c.b.hintOpen(t.now(), time.Until(h.RetryAt), h.Cycles))

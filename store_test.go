@@ -290,6 +290,44 @@ func TestADroppedBreakerTakesNoHint(t *testing.T) {
 	})
 }
 
+// TestTripOfAHungProbeReachesTheFleetWhileAHookRuns: as
+// TestTripOfAHungProbeReachesTheFleet, with the key's transitions being
+// told on another goroutine (a slow hook on the open_elapsed before): the
+// operator's hint still goes out after the probe_timeout reopening's, so
+// that the Store keeps it as the key's latest.
+func TestTripOfAHungProbeReachesTheFleetWhileAHookRuns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newMemStore()
+		hold := make(chan struct{})
+		opts := []Option{WithStore(s), WithMinRequests(1), WithJitter(0),
+			WithOpenTimeout(time.Second), WithMaxOpenTimeout(2 * time.Second)}
+		d := newDep(http.StatusInternalServerError)
+		a := New(d, append(opts, WithOnTransition(func(x Transition) {
+			if x.Reason == ReasonOpenElapsed {
+				<-hold // a slow hook
+			}
+		}))...)
+		_, _ = get(t, a, testURL) // a trips
+		require.Equal(t, StateOpen, a.State(testKey))
+
+		time.Sleep(time.Second)
+		done := make(chan struct{})
+		go func() { defer close(done); _, _ = get(t, a, testURL) }() // the probe; its hook on open_elapsed blocks
+		synctest.Wait()
+		time.Sleep(2500 * time.Millisecond) // past the probe bound (2s)
+
+		a.Trip(testKey, time.Hour)
+		close(hold)
+		<-done
+		synctest.Wait()
+
+		last, ok := s.Lookup(testKey)
+		require.True(t, ok)
+		require.True(t, last.Operator, "the Store's latest hint is the operator's Trip: %+v (all: %+v)", last, s.hints())
+		require.Equal(t, time.Now().Add(time.Hour), last.RetryAt)
+	})
+}
+
 // TestFleetCloseAfterATripEndsClosesEveryone: once an operator's Trip is
 // over, the fleet's prober probes and its published close closes every
 // instance, also one whose tripped breaker has not moved since.

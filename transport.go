@@ -412,10 +412,8 @@ func (t *Transport) tripOnce(key string, d time.Duration) bool {
 		}
 		return true
 	}
-	tr, moved, ok := c.b.trip(now, d, false, 0)
-	if ok {
-		t.operate(tr, moved, Hint{Key: key, State: StateOpen, Operator: true, RetryAt: t.until(now, d), Cycles: c.b.backoff()})
-	}
+	tr, ok := c.b.trip(now, d, false, 0)
+	t.notify(tr)
 	return ok
 }
 
@@ -429,28 +427,18 @@ func (t *Transport) until(now int64, d time.Duration) time.Time {
 	return wall(t.epoch, at)
 }
 
-// operate reports the transitions an operator's action queued, first tr,
-// and, when the action itself changed no state (moved is false: a Trip of
-// an open breaker, even one that time had just reopened, or a Reset of a
-// closed one), still tells the fleet h, so that every instance does as
-// this one: the report of the action's own transition would.
-func (t *Transport) operate(tr *transition, moved bool, h Hint) {
-	if !moved && t.member != nil {
-		defer t.member.Publish(h) // after the transitions time made first, as their order was, even if a hook panics
-	}
-	t.notify(tr)
-}
-
 // Reset closes key's breaker and clears its counts and backoff. A Reset
 // of a closed breaker is no transition: its Status.Since and Reason
 // stay. With a Store (WithStore), it closes key's breaker on every
 // instance.
 func (t *Transport) Reset(key string) {
 	key = canonicalHostKey(key)
+	var tr *transition
 	if c := t.breakers.get(key); c != nil {
-		tr := c.b.reset(t.now(), false)
-		t.operate(tr, tr != nil, Hint{Key: key, State: StateClosed, Operator: true})
-	} else if t.member != nil {
-		t.member.Publish(Hint{Key: key, State: StateClosed, Operator: true}) // other instances may have one
+		tr = c.b.reset(t.now(), false)
 	}
+	if tr == nil && t.member != nil {
+		t.member.Publish(Hint{Key: key, State: StateClosed, Operator: true}) // no breaker here, or one just dropped: other instances may have one
+	}
+	t.notify(tr)
 }
