@@ -192,14 +192,6 @@ func (b *breaker) hintOpen(now int64, d time.Duration, cycles int) *transition {
 	return b.queueLocked(tr)
 }
 
-// backoff is the breaker's count of consecutive failed probe cycles,
-// which its open hints carry.
-func (b *breaker) backoff() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.cycles
-}
-
 // hintClose takes a fleet's word at clock time now that the dependency
 // is back: an open or half-open breaker closes, unless an operator's
 // trip still holds it (only a reset, or the trip's end, closes that). An
