@@ -297,11 +297,10 @@ func logTransition(l *slog.Logger, tr *Transition) {
 }
 
 // report tells everyone of one transition: the bulkhead's waiting line
-// (refused as open), the fleet, the log, the hook and the observers; an
-// operator's action that moved nothing (see breaker.operatorHint), the
-// fleet alone. A
-// Store, hook or observer that panics does not keep it from those after
-// it.
+// (refused as open), the fleet, the log, the hook and the observers; of
+// an operator's action that moved nothing (see breaker.operatorHint), the
+// fleet alone. A Store, hook or observer that panics does not keep it
+// from those after it.
 func (t *Transport) report(tr *transition) {
 	if tr.To == StateOpen && !tr.hintOnly {
 		if c := t.breakers.get(tr.Key); c != nil && c.bulk.waiting.Load() > 0 {
