@@ -487,65 +487,50 @@ func TestNewAttachesAnAttacherToItsTransport(t *testing.T) {
 // TestHooksOfAKeySwitchedOffAndBackNeverOverlap: hooks for one key never
 // run at the same time, also when Update switches the key to ModeOff and
 // back while a hook of its breaker still runs: the key's new breaker
-// tells its transitions after the old one's, on the same goroutine.
+// tells its transitions after the old one's, on the same goroutine. The
+// outbox Update keeps for it waits for that breaker, not for the circuit
+// that says the key is off, which the cap may evict at any time and the
+// outbox with it.
 func TestHooksOfAKeySwitchedOffAndBackNeverOverlap(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		var running, overlap, calls atomic.Int32
-		hold := make(chan struct{})
-		tr := New(newDep(200), WithOnTransition(func(x Transition) {
-			if running.Add(1) > 1 {
-				overlap.Add(1)
-			}
-			if calls.Add(1) == 1 {
-				<-hold // a slow hook, on the first transition
-			}
-			running.Add(-1)
-		}))
-		_, _ = get(t, tr, testURL)     // the key has a breaker
-		go tr.Trip(testKey, time.Hour) // its hook blocks
-		synctest.Wait()
-		require.NoError(t, tr.Update(WithPolicy(testKey, WithMode(ModeOff))))
-		require.NoError(t, tr.Update()) // back on: a new, closed breaker
-		tr.Trip(testKey, time.Hour)     // its hook runs now
-		got := overlap.Load()
-		close(hold)
-		synctest.Wait()
-		require.EqualValues(t, 2, calls.Load())
-		require.Zero(t, got, "two hooks for %s ran at the same time", testKey)
-	})
-}
-
-// TestHooksNeverOverlapWhenTheOffCircuitIsEvicted: the outbox an Update
-// keeps for a key dropped to ModeOff waits for the key's next breaker,
-// not for the circuit that says the key is off, which the cap may evict
-// at any time and the outbox with it.
-func TestHooksNeverOverlapWhenTheOffCircuitIsEvicted(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		var running, overlap, calls atomic.Int32
-		hold := make(chan struct{})
-		tr := New(newDep(200), WithMaxBreakers(1), WithOnTransition(func(x Transition) {
-			if running.Add(1) > 1 {
-				overlap.Add(1)
-			}
-			if calls.Add(1) == 1 {
-				<-hold // a slow hook, on the first transition
-			}
-			running.Add(-1)
-		}))
-		_, _ = get(t, tr, testURL)     // the key has a breaker
-		go tr.Trip(testKey, time.Hour) // its hook blocks
-		synctest.Wait()
-		require.NoError(t, tr.Update(WithPolicy(testKey, WithMode(ModeOff))))
-		_, _ = get(t, tr, testURL)              // an off circuit for the key: it takes the kept outbox
-		_, _ = get(t, tr, "http://other.test/") // the cap evicts the off circuit
-		require.Nil(t, tr.breakers.get(testKey))
-		require.NoError(t, tr.Update()) // back on
-		time.Sleep(11 * time.Second)    // other.test is idle: room for the key again
-		tr.Trip(testKey, time.Hour)     // its hook runs now
-		got := overlap.Load()
-		close(hold)
-		synctest.Wait()
-		require.EqualValues(t, 2, calls.Load())
-		require.Zero(t, got, "two hooks for %s ran at the same time", testKey)
-	})
+	for _, tc := range []struct {
+		name string
+		opts []Option
+		off  func(t *testing.T, tr *Transport) // while the key is off
+	}{
+		{"back at once", nil, func(*testing.T, *Transport) {}},
+		{"its off circuit evicted meanwhile", []Option{WithMaxBreakers(1)}, func(t *testing.T, tr *Transport) {
+			_, _ = get(t, tr, testURL)              // an off circuit for the key
+			_, _ = get(t, tr, "http://other.test/") // the cap evicts the off circuit
+			require.Nil(t, tr.breakers.get(testKey))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var running, overlap, calls atomic.Int32
+				hold := make(chan struct{})
+				tr := New(newDep(200), append(tc.opts, WithOnTransition(func(x Transition) {
+					if running.Add(1) > 1 {
+						overlap.Add(1)
+					}
+					if calls.Add(1) == 1 {
+						<-hold // a slow hook, on the first transition
+					}
+					running.Add(-1)
+				}))...)
+				_, _ = get(t, tr, testURL)     // the key has a breaker
+				go tr.Trip(testKey, time.Hour) // its hook blocks
+				synctest.Wait()
+				require.NoError(t, tr.Update(WithPolicy(testKey, WithMode(ModeOff))))
+				tc.off(t, tr)
+				require.NoError(t, tr.Update()) // back on
+				time.Sleep(11 * time.Second)    // any other key is idle: room for the key again
+				tr.Trip(testKey, time.Hour)     // the new breaker's hook runs now
+				got := overlap.Load()
+				close(hold)
+				synctest.Wait()
+				require.EqualValues(t, 2, calls.Load())
+				require.Zero(t, got, "two hooks for %s ran at the same time", testKey)
+			})
+		})
+	}
 }
