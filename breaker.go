@@ -191,7 +191,8 @@ type breaker struct {
 	// evicted is set, with mu held, when the Transport drops the breaker's
 	// circuit, for those that still hold a pointer to it (see
 	// Transport.routeCircuit, Transport.settle); nothing that takes mu
-	// changes an evicted breaker's state (see trip, maybeTrip).
+	// changes an evicted breaker's state (see trip, reset, maybeTrip,
+	// hintOpen, hintClose).
 	evicted atomic.Bool
 
 	created int64     // clock time the breaker was made
@@ -730,11 +731,7 @@ func (b *breaker) trip(now int64, d time.Duration, fleet bool, cycles int) (*tra
 	b.reason = ReasonTrip
 	if tr == nil {
 		tr = b.operatorHint(StateOpen, fleet)
-		if tr != nil {
-			tr.retryAt, tr.cycles = b.retryAt.Load(), b.cycles
-		}
-	}
-	if tr != nil {
+	} else {
 		tr.operator, tr.fleet = true, fleet
 	}
 	if b.queueLocked(tr); due != nil {
@@ -758,8 +755,7 @@ func (b *breaker) reset(now int64, fleet bool) *transition {
 	tr := b.closeLocked(now, ReasonReset)
 	if tr == nil {
 		tr = b.operatorHint(StateClosed, fleet)
-	}
-	if tr != nil {
+	} else {
 		tr.operator, tr.fleet = true, fleet
 	}
 	return b.queueLocked(tr)
@@ -770,13 +766,15 @@ func (b *breaker) reset(now int64, fleet bool) *transition {
 // the entry that tells the fleet of it all the same, so that every
 // instance does as this one: queued in the outbox like a transition, it
 // is published after what the breaker did before it, and told to no hook,
-// observer or log (see Transport.report). It is nil for an action a fleet
+// observer or log (see Transport.report). An open one carries the open
+// period and backoff the breaker has now. It is nil for an action a fleet
 // hint carried here, and without a Store. Requires mu held.
 func (b *breaker) operatorHint(s State, fleet bool) *transition {
 	if fleet || b.fleet == nil {
 		return nil
 	}
-	return &transition{Transition: Transition{Key: b.key, From: s, To: s}, hintOnly: true}
+	return &transition{Transition: Transition{Key: b.key, From: s, To: s},
+		retryAt: b.retryAt.Load(), cycles: b.cycles, operator: true, hintOnly: true}
 }
 
 // idle reports whether the breaker can be evicted at clock time now:
