@@ -156,9 +156,6 @@ func (c *circuit) refusedState(reason rejectReason, now int64) State {
 	case rejectHalfOpen:
 		return StateHalfOpen
 	}
-	if s := stateOf(c.b.word.Load()); s == StateClosed {
-		return s
-	}
 	return c.b.displayed(now)
 }
 

@@ -217,8 +217,11 @@ type stats struct {
 }
 
 // displayed is the state b shows at clock time now, without moving it
-// (see displayLocked).
+// (see displayLocked); a closed breaker's without its lock.
 func (b *breaker) displayed(now int64) State {
+	if s := stateOf(b.word.Load()); s == StateClosed {
+		return s
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s, _, _ := b.displayLocked(now)
