@@ -542,9 +542,11 @@ func (s *Store) resync() error {
 			news = append(news, httpbreaker.Hint{Key: k, State: httpbreaker.StateOpen, RetryAt: e.retryAt, Cycles: e.cycles})
 		}
 	}
-	for k, e := range s.hints {
-		if _, ok := found[k]; !ok && !s.local(e.sender) && openComplete { // a SCAN cut short proves nothing
-			delete(s.hints, k)
+	if openComplete { // a SCAN cut short proves nothing
+		for k, e := range s.hints {
+			if _, ok := found[k]; !ok && !s.local(e.sender) {
+				delete(s.hints, k)
+			}
 		}
 	}
 	for k, e := range foundTrips {
