@@ -8,8 +8,9 @@ import (
 // HostMap is how peers without per-dependency breakers get one: a
 // sync.Map from r.URL.Host (as is: no lower-casing, no cap on the number
 // of hosts) to a RoundTripper holding that host's breaker, made on first
-// use. sync.Map suits the read-mostly load, and is what httpbreaker uses
-// for its own breakers.
+// use. sync.Map suits the read-mostly load: it is what a user of a
+// single-breaker library would reach for (httpbreaker keeps its breakers
+// in a table of its own, see docs/performance.md).
 type HostMap struct {
 	m    sync.Map // host string → http.RoundTripper
 	make func() http.RoundTripper
