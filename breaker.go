@@ -746,14 +746,15 @@ func (b *breaker) trip(now int64, d time.Duration, fleet bool, cycles int) (*tra
 // reset closes the breaker at clock time now and clears its counts and
 // backoff: an operator's action, here or (fleet) on another instance. A
 // reset of a closed breaker is no transition, but the fleet is still told
-// (see operatorHint). An evicted breaker is left as it is: no caller
-// reaches it any more, and a transition of its would be told beside those
-// of its key's next breaker.
-func (b *breaker) reset(now int64, fleet bool) *transition {
+// (see operatorHint). It returns the transition it queued, and reports
+// false, doing nothing, for an evicted breaker: no caller reaches it any
+// more, and a transition of its would be told beside those of its key's
+// next breaker.
+func (b *breaker) reset(now int64, fleet bool) (*transition, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.evicted.Load() {
-		return nil
+		return nil, false
 	}
 	tr := b.closeLocked(now, ReasonReset)
 	if tr == nil {
@@ -761,7 +762,7 @@ func (b *breaker) reset(now int64, fleet bool) *transition {
 	} else {
 		tr.operator, tr.fleet = true, fleet
 	}
-	return b.queueLocked(tr)
+	return b.queueLocked(tr), true
 }
 
 // operatorHint is, for an operator's action here that moved the breaker

@@ -81,7 +81,9 @@ func runMachine(t *testing.T, s settings, f fleet, rows []mrow) (*breaker, []str
 			require.True(t, ok, "row %d: a live breaker trips", i)
 			note(tr)
 		case "reset":
-			note(b.reset(now, false))
+			tr, ok := b.reset(now, false)
+			require.True(t, ok, "row %d: a live breaker resets", i)
+			note(tr)
 		case "hint-open":
 			note(b.hintOpen(now, r.d, 0))
 		case "hint-close":

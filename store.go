@@ -146,7 +146,8 @@ func (t *Transport) take(c *circuit, h Hint) {
 	case h.State == StateOpen:
 		t.notify(c.b.hintOpen(t.now(), time.Until(h.RetryAt), h.Cycles))
 	case h.State == StateClosed && h.Operator:
-		t.notify(c.b.reset(t.now(), true))
+		tr, _ := c.b.reset(t.now(), true)
+		t.notify(tr)
 	case h.State == StateClosed:
 		t.notify(c.b.hintClose(t.now()))
 	}

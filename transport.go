@@ -59,6 +59,11 @@ type Transport struct {
 	// its transitions were still being told: the key's next breaker
 	// shares it (see Transport.update). Guarded by mu.
 	telling map[string]*outbox
+
+	// beforeReset, when a test sets it, is called by Reset with the
+	// circuit it found, before it resets it: there the test drops the
+	// circuit, as an Update or an eviction may at that moment.
+	beforeReset func(*circuit)
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
@@ -429,16 +434,33 @@ func (t *Transport) until(now int64, d time.Duration) time.Time {
 
 // Reset closes key's breaker and clears its counts and backoff. A Reset
 // of a closed breaker is no transition: its Status.Since and Reason
-// stay. With a Store (WithStore), it closes key's breaker on every
-// instance.
+// stay. A Reset racing an Update or an eviction that drops key's breaker
+// closes the key's next one, if one was made meanwhile. With a Store
+// (WithStore), it closes key's breaker on every instance.
 func (t *Transport) Reset(key string) {
 	key = canonicalHostKey(key)
-	var tr *transition
-	if c := t.breakers.get(key); c != nil {
-		tr = c.b.reset(t.now(), false)
+	for {
+		if t.resetOnce(key) {
+			return
+		}
 	}
-	if tr == nil && t.member != nil {
-		t.member.Publish(Hint{Key: key, State: StateClosed, Operator: true}) // no breaker here, or one just dropped: other instances may have one
+}
+
+// resetOnce is Reset, and reports false when the breaker it found was
+// evicted before it could reset it: then Reset tries the key's next one
+// (made since by a request or a Trip), or finds none.
+func (t *Transport) resetOnce(key string) bool {
+	c := t.breakers.get(key)
+	if c == nil {
+		if t.member != nil { // other instances may have one
+			t.member.Publish(Hint{Key: key, State: StateClosed, Operator: true})
+		}
+		return true
 	}
+	if f := t.beforeReset; f != nil {
+		f(c)
+	}
+	tr, ok := c.b.reset(t.now(), false) // with a Store, tr carries the fleet's hint (see breaker.operatorHint)
 	t.notify(tr)
+	return ok
 }

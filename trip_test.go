@@ -537,6 +537,37 @@ func TestResetOfAClosedBreakerKeepsItsSinceAndReason(t *testing.T) {
 	})
 }
 
+// TestResetClosesTheBreakerMadeAfterTheOneItFoundWasDropped: a Reset
+// whose breaker an Update drops between finding it and resetting it
+// closes the key's next one, made meanwhile (here by a Trip), and tells
+// the fleet of it once, with that breaker's transition.
+func TestResetClosesTheBreakerMadeAfterTheOneItFoundWasDropped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newMemStore()
+		var log transitionLog
+		tr := New(newDep(http.StatusOK), WithStore(s), WithOnTransition(log.record))
+		_, _ = get(t, tr, testURL)
+		found := tr.breakers.get(testKey)
+		var before int // the Store's hints before the Reset's
+		tr.beforeReset = func(c *circuit) {
+			tr.beforeReset = nil
+			require.Same(t, found, c)
+			require.NoError(t, tr.Update(WithPolicy(testKey, WithMode(ModeOff)))) // drops it
+			require.NoError(t, tr.Update())
+			tr.Trip(testKey, time.Hour) // the key's next breaker
+			require.NotSame(t, found, tr.breakers.get(testKey))
+			require.Equal(t, StateOpen, tr.State(testKey))
+			before = len(s.hints())
+		}
+		tr.Reset(testKey)
+		require.Nil(t, tr.beforeReset, "Reset found the breaker the Update dropped")
+		require.Equal(t, StateClosed, tr.State(testKey), "the key's next breaker is reset")
+		require.Equal(t, []string{testKey + ": closed→open", testKey + ": open→closed"}, log.list())
+		require.Equal(t, ReasonReset, log.got[1].Reason)
+		require.Equal(t, []Hint{{Key: testKey, State: StateClosed, Operator: true}}, s.hints()[before:], "the fleet is told once")
+	})
+}
+
 // TestTripOfABreakerDueForHalfOpen: an open breaker whose open period is
 // over is due for half-open, as State and the metrics show it; a Trip of
 // it reopens it (half-open → open, reason trip, Since the Trip's time)
