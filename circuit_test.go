@@ -137,11 +137,11 @@ func TestMaxBreakersOffRouteFallsBackToTheEnforcingHost(t *testing.T) {
 
 // TestEvictionRescanFollowsUpdatedWindow: past the cap, the Transport
 // looks for an idle breaker again once per bucket of the window. When no
-// breaker was idle under the longest window, 24h, the next look is a
-// tenth of that away (2.4h), and an Update to a 10s window does not
-// bring it closer: the old breaker, idle under the new window, keeps its
-// place and a new key gets no breaker (its calls go through unprotected)
-// for hours. A Transport made with the new window gives
+// breaker was idle under WithWindow(math.MaxInt64), the next look is a
+// tenth of that away (about 29 years), and an Update to a 10s window
+// does not bring it closer: the old breaker, idle under the new window,
+// keeps its place and a new key gets no breaker (its calls go through
+// unprotected) for decades. A Transport made with the new window gives
 // the new key the place.
 func TestEvictionRescanFollowsUpdatedWindow(t *testing.T) {
 	for _, tc := range []struct {
@@ -156,7 +156,7 @@ func TestEvictionRescanFollowsUpdatedWindow(t *testing.T) {
 				d := newDep(http.StatusOK)
 				window := 10 * time.Second
 				if tc.update {
-					window = maxWindow
+					window = longest
 				}
 				tr := New(d, WithMaxBreakers(1), WithWindow(window))
 				time.Sleep(time.Second)

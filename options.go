@@ -144,11 +144,9 @@ func WithClassifier(f Classifier) Option {
 
 // WithWindow sets the length of the rolling window over which the failure
 // rate is computed [10s]. The window is divided into 10 buckets; whole
-// buckets expire as time passes. d must be at least 10ms and at most 24h:
-// a bucket counts up to 2^32-1 calls of each outcome, which the 2.4h
-// buckets of a 24h window reach at about 497,000 calls a second to one
-// key. An outcome counts at the time its call ended, except a success
-// that can decide nothing, which counts at the time it was admitted (see
+// buckets expire as time passes. d must be at least 10ms. An outcome
+// counts at the time its call ended, except a success that can decide
+// nothing, which counts at the time it was admitted (see
 // Transport.RoundTrip).
 //
 // When a dependency hangs, successes stop at once but timeouts arrive a

@@ -4,7 +4,6 @@ import (
 	"encoding"
 	"encoding/json"
 	"fmt"
-	"math"
 	"reflect"
 	"strings"
 	"time"
@@ -30,7 +29,7 @@ var (
 	minRequestsRow = row[int64]{name: "min_requests", option: "WithMinRequests", status: "MinRequests",
 		def: 20, check: between(1, maxInt), at: func(p *policy) *int64 { return &p.minRequests }}
 	windowRow = row[time.Duration]{name: "window", option: "WithWindow", status: "Window",
-		def: 10 * time.Second, check: within(minWindow, maxWindow), at: func(p *policy) *time.Duration { return &p.window }}
+		def: 10 * time.Second, check: atLeast(minWindow), at: func(p *policy) *time.Duration { return &p.window }}
 	slowCallRow = row[time.Duration]{name: "slow_call_threshold", option: "WithSlowCallThreshold", status: "SlowCallThreshold",
 		check: atLeast(0), at: func(p *policy) *time.Duration { return &p.slowCall }}
 	openTimeoutRow = row[time.Duration]{name: "open_timeout", option: "WithOpenTimeout", status: "OpenTimeout",
@@ -236,18 +235,13 @@ func between(least, most int64) func(int64) string {
 }
 
 // atLeast is the bounds [least, ∞).
-func atLeast(least time.Duration) func(time.Duration) string { return within(least, math.MaxInt64) }
-
-// within is the bounds [least, most].
-func within(least, most time.Duration) func(time.Duration) string {
+func atLeast(least time.Duration) func(time.Duration) string {
 	return func(d time.Duration) string {
 		switch {
 		case d < least && least == 0:
 			return fmt.Sprintf("must not be negative, got %v", d)
 		case d < least:
 			return fmt.Sprintf("must be at least %v, got %v", least, d)
-		case d > most:
-			return fmt.Sprintf("must be at most %v, got %v", most, d)
 		}
 		return ""
 	}

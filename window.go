@@ -30,11 +30,6 @@ const bucketCount = 10
 // minWindow is the shortest window WithWindow accepts: buckets of 1ms.
 const minWindow = bucketCount * time.Millisecond
 
-// maxWindow is the longest window WithWindow accepts: buckets of 2.4h. A
-// bucket counts up to 2^32-1 calls of each outcome, which buckets of 2.4h
-// reach at about 497,000 calls a second to one key.
-const maxWindow = 24 * time.Hour
-
 type bucket struct {
 	// epoch is the bucket number (clock / width) the counts belong to.
 	// Written only with window.mu held.
