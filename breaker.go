@@ -159,10 +159,11 @@ type probe struct {
 // that the generation it saw is still current.
 type breaker struct {
 	// The fields every call reads come first, up to the window's bucket
-	// width: with the circuit's hash and policy they share one cache line,
-	// so that a call to one of 1,000 keys, whose breaker is rarely in the
-	// cache, misses it there once rather than four times (see
-	// docs/performance.md).
+	// width: with the circuit's hash and policy they are the circuit's
+	// first 64 bytes, so that a call to one of 1,000 keys, whose breaker
+	// is rarely in the cache, reads at most two of its cache lines (the
+	// allocator does not align a circuit to a line) where it read up to
+	// five (see docs/performance.md).
 	key string
 	// word is gen<<2 | state. Written only with mu held.
 	word atomic.Uint64

@@ -11,7 +11,7 @@ import (
 // policy its calls run under, and the Transport's own bookkeeping for it.
 type circuit struct {
 	// hash, pol and the head of b are what every call reads: together
-	// they share the first cache line (see breaker).
+	// they are the circuit's first 64 bytes (see breaker).
 	hash uint64                 // of the key in the Transport's table; set before it is published
 	pol  atomic.Pointer[policy] // what its calls run under; a call loads it once
 	b    breaker
