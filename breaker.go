@@ -158,15 +158,30 @@ type probe struct {
 // the window. Every transition happens under mu, exactly once: it checks
 // that the generation it saw is still current.
 type breaker struct {
-	// The fields every call reads come first, up to the window's bucket
-	// width: with the circuit's hash and policy they are the circuit's
-	// first 64 bytes, so that a call to one of 1,000 keys, whose breaker
-	// is rarely in the cache, reads at most two of its cache lines (the
-	// allocator does not align a circuit to a line) where it read up to
-	// five (see docs/performance.md).
-	key string
+	key   string
+	fleet fleet // nil without a Store
+
 	// word is gen<<2 | state. Written only with mu held.
 	word atomic.Uint64
+	// retryAt is the clock time at which an open breaker lets probes go.
+	// Stored before word when opening.
+	retryAt atomic.Int64
+
+	// win is the rolling window; resized in place when the window's
+	// length changes (see configure), so that no outcome counted then is
+	// lost from its totals.
+	win window
+	// budget counts first attempts and retries for the retry budget, in a
+	// window of the same length; made on first use (see budgetWindow).
+	budget atomic.Pointer[window]
+	// retryMu serializes takeRetry: concurrent retries cannot all pass on
+	// one allowance.
+	retryMu sync.Mutex
+
+	// cfg is the breaker's current settings, for what no call carries
+	// (State, Snapshot, time-driven transitions).
+	cfg atomic.Pointer[settings]
+
 	// throttleSince is 1 + the clock time at which 429s started to make
 	// up the failure rate, or 0 when they do not.
 	throttleSince atomic.Int64
@@ -179,25 +194,6 @@ type breaker struct {
 	// changes an evicted breaker's state (see trip, reset, maybeTrip,
 	// hintOpen, hintClose).
 	evicted atomic.Bool
-	// win is the rolling window; resized in place when the window's
-	// length changes (see configure), so that no outcome counted then is
-	// lost from its totals.
-	win window
-
-	// retryAt is the clock time at which an open breaker lets probes go.
-	// Stored before word when opening.
-	retryAt atomic.Int64
-	fleet   fleet // nil without a Store
-	// budget counts first attempts and retries for the retry budget, in a
-	// window of the same length; made on first use (see budgetWindow).
-	budget atomic.Pointer[window]
-	// retryMu serializes takeRetry: concurrent retries cannot all pass on
-	// one allowance.
-	retryMu sync.Mutex
-
-	// cfg is the breaker's current settings, for what no call carries
-	// (State, Snapshot, time-driven transitions).
-	cfg atomic.Pointer[settings]
 
 	created int64     // clock time the breaker was made
 	epoch   time.Time // the wall time of clock time 0, for transitions' At

@@ -10,11 +10,9 @@ import (
 // circuit is what a Transport keeps per key: the key's breaker, the
 // policy its calls run under, and the Transport's own bookkeeping for it.
 type circuit struct {
-	// hash, pol and the head of b are what every call reads: together
-	// they are the circuit's first 64 bytes (see breaker).
-	hash uint64                 // of the key in the Transport's table; set before it is published
-	pol  atomic.Pointer[policy] // what its calls run under; a call loads it once
 	b    breaker
+	pol  atomic.Pointer[policy] // what its calls run under; a call loads it once
+	hash uint64                 // of the key in the Transport's table; set before it is published
 	// openErr is the error shared by the rejections of the current open
 	// period (see Transport.rejectedError).
 	openErr atomic.Pointer[RejectedError]
